@@ -1,0 +1,42 @@
+# The two commands of the README:
+#   make demo   set up, build, and run an all-reduce sweep on 4 local ranks (cpu backend)
+#   make test   set up, build, and run every test (C++ under ctest, Python under pytest)
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+BUILD  := build
+JOBS   ?= $(shell nproc)
+
+.PHONY: setup build test test-cpp test-python demo wheel clean
+
+setup: $(VENV)/.stamp
+$(VENV)/.stamp: requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+# One in-tree build serves ctest and the Python tests: libaccl.so and accl/_accl*.so are placed
+# in python/accl/, so PYTHONPATH=python imports the package straight from the source tree.
+build: setup
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACCL_BUILD_TESTS=ON \
+	      -DPython_EXECUTABLE=$(abspath $(PY))
+	cmake --build $(BUILD) -j $(JOBS)
+
+test-cpp: build
+	ctest --test-dir $(BUILD) --output-on-failure --timeout 300
+
+test-python: build
+	PYTHONPATH=python $(PY) -m pytest -q tests/python
+
+test: test-cpp test-python
+
+demo: build
+	PYTHONPATH=python $(PY) -m accl.launch -n 4 $(abspath $(PY)) -m accl.perf all_reduce -b 8 -e 64M -f 4 -c 1
+
+# The installable wheel (scikit-build-core), as pip would build it.
+wheel: setup
+	$(PY) -m pip wheel --no-build-isolation --no-deps -w dist .
+
+clean:
+	rm -rf $(BUILD) dist python/accl/*.so python/accl/*.so.*

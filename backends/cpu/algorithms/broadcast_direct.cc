@@ -1,0 +1,28 @@
+// Broadcast, direct: the root copies a chunk into the whole slot set (n slots, so chunks are n
+// times larger than other collectives'), one barrier, every other rank copies it out.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "algorithms/algorithms.h"
+#include "reduce.h"
+#include "types.h"
+
+namespace accl {
+namespace cpu {
+
+void broadcastDirect(CpuComm& c, const CollArgs& a) {
+  const size_t es = typeSize(a.type), chunk = c.slotBytes() * c.nranks() / es;
+  const bool root = c.rank() == a.root;
+  if (root && a.send != a.recv) memcpy(a.recv, a.send, a.count * es);
+  for (size_t off = 0; off < a.count; off += chunk) {
+    size_t len = std::min(chunk, a.count - off);
+    int set = c.nextSet();
+    if (root) memcpy(c.slot(set, 0), static_cast<const char*>(a.send) + off * es, len * es);
+    c.barrier();
+    if (!root) memcpy(static_cast<char*>(a.recv) + off * es, c.slot(set, 0), len * es);
+  }
+}
+
+}  // namespace cpu
+}  // namespace accl

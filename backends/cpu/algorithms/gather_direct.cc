@@ -1,0 +1,32 @@
+// Gather, direct: every rank copies its chunk into its slot, one barrier, the root copies all
+// slots out.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "algorithms/algorithms.h"
+#include "reduce.h"
+#include "types.h"
+
+namespace accl {
+namespace cpu {
+
+void gatherDirect(CpuComm& c, const CollArgs& a) {
+  const size_t es = typeSize(a.type), chunk = c.slotBytes() / es;
+  const int n = c.nranks(), me = c.rank();
+  char* recv = static_cast<char*>(a.recv);
+  const bool root = me == a.root;
+  if (root && a.send != recv + me * a.count * es) memcpy(recv + me * a.count * es, a.send, a.count * es);
+  for (size_t off = 0; off < a.count; off += chunk) {
+    size_t len = std::min(chunk, a.count - off);
+    int set = c.nextSet();
+    if (!root) memcpy(c.slot(set, me), static_cast<const char*>(a.send) + off * es, len * es);
+    c.barrier();
+    if (!root) continue;
+    for (int r = 0; r < n; ++r)
+      if (r != me) memcpy(recv + (r * a.count + off) * es, c.slot(set, r), len * es);
+  }
+}
+
+}  // namespace cpu
+}  // namespace accl

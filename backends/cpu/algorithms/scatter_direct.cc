@@ -1,0 +1,32 @@
+// Scatter, direct: the root copies block r's chunk into slot r for every other rank r, one
+// barrier, every rank copies its slot out.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "algorithms/algorithms.h"
+#include "reduce.h"
+#include "types.h"
+
+namespace accl {
+namespace cpu {
+
+void scatterDirect(CpuComm& c, const CollArgs& a) {
+  const size_t es = typeSize(a.type), chunk = c.slotBytes() / es;
+  const int n = c.nranks(), me = c.rank();
+  const char* send = static_cast<const char*>(a.send);
+  const bool root = me == a.root;
+  if (root && a.recv != send + me * a.count * es) memcpy(a.recv, send + me * a.count * es, a.count * es);
+  for (size_t off = 0; off < a.count; off += chunk) {
+    size_t len = std::min(chunk, a.count - off);
+    int set = c.nextSet();
+    if (root)
+      for (int r = 0; r < n; ++r)
+        if (r != me) memcpy(c.slot(set, r), send + (r * a.count + off) * es, len * es);
+    c.barrier();
+    if (!root) memcpy(static_cast<char*>(a.recv) + off * es, c.slot(set, me), len * es);
+  }
+}
+
+}  // namespace cpu
+}  // namespace accl

@@ -1,0 +1,229 @@
+#include "cpu_comm.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "errors.h"
+#include "logging.h"
+#include "params.h"
+
+namespace accl {
+namespace cpu {
+namespace {
+
+constexpr uint64_t kShmMagic = 0x41434c4c53484d31ULL;  // "ACLLSHM1"
+constexpr size_t kPage = 4096;
+
+size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+std::string hostIdentity() {
+  char host[64] = "";
+  gethostname(host, sizeof(host) - 1);
+  std::string boot;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot);
+  return std::string(host) + ":" + boot;
+}
+
+// What rank 0 tells the others about the segment it made.
+struct SegmentInfo {
+  char name[64];
+  char error[192];  // non-empty when rank 0 could not make it
+};
+
+void gather(const acclBackendCommArgs_v1& a, void* data, size_t bytes) {
+  acclResult_t r = a.allGather(a.bootstrap, data, bytes);
+  if (r != acclSuccess) ACCL_THROW(r, "bootstrap exchange failed");  // text set by the core
+}
+
+}  // namespace
+
+Backoff::Backoff(double timeout, std::function<void()> checkAbort)
+    : start_(std::chrono::steady_clock::now()),
+      timeout_(timeout),
+      checkAbort_(std::move(checkAbort)),
+      spinNs_(paramInt(Param::SpinUs) * 1000) {}
+
+void Backoff::pause(const std::function<std::string()>& describe) {
+  ++polls_;
+  if (polls_ & 63) {  // look at the clock and the abort flags only every 64 polls
+    cpuRelax();
+    return;
+  }
+  checkAbort_();
+  auto now = std::chrono::steady_clock::now();
+  double waited = std::chrono::duration<double>(now - start_).count();
+  if (waited > timeout_)
+    ACCL_THROW(acclTimeout, "timed out after %.1f s waiting for %s", timeout_,
+               describe().c_str());
+  long ns = static_cast<long>(waited * 1e9);
+  if (ns < spinNs_) {
+    cpuRelax();
+  } else if (ns < spinNs_ + 2000000) {
+    sched_yield();
+  } else {
+    // Long waits: a peer is slow or the cores are oversubscribed; sleep so it can run.
+    std::this_thread::sleep_for(std::chrono::microseconds(ns < 100000000 ? 50 : 1000));
+  }
+}
+
+CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
+    : args_(args), rank_(args->rank), nranks_(args->nranks) {
+  slotBytes_ = alignUp(std::max<long long>(paramInt(Param::ShmSlotBytes), 4096), 64);
+  p2pBytes_ = alignUp(std::max<long long>(paramInt(Param::ShmP2pBytes), 4096), 64);
+  // Collectives that split a slot into n blocks need room for a cache line of 8-byte elements
+  // per block.
+  slotBytes_ = std::max(slotBytes_, size_t(nranks_) * 512);
+  allReduceDirectMax = paramInt(Param::AllReduceDirectMax);
+
+  // All ranks must share this host's memory.
+  struct HostId {
+    char id[128];
+  };
+  std::vector<HostId> hosts(nranks_);
+  snprintf(hosts[rank_].id, sizeof(hosts[rank_].id), "%s", hostIdentity().c_str());
+  gather(*args_, hosts.data(), sizeof(HostId));
+  for (int r = 0; r < nranks_; ++r)
+    if (strcmp(hosts[r].id, hosts[0].id) != 0)
+      ACCL_THROW(acclInvalidUsage, "rank %d runs on host %s and rank 0 on %s: the cpu backend "
+                 "only spans one host so far", r, hosts[r].id, hosts[0].id);
+
+  size_t ctrlBytes = alignUp(sizeof(ShmHeader), 64) + sizeof(RankCtrl) * nranks_ +
+                     sizeof(ChannelCtrl) * nranks_ * nranks_;
+  size_t dataOff = alignUp(ctrlBytes, kPage);
+  size_t p2pOff = dataOff + 2 * slotBytes_ * nranks_;
+  size_t total = p2pOff + p2pBytes_ * kP2pBufs * nranks_ * nranks_;
+
+  std::vector<SegmentInfo> info(nranks_);
+  SegmentInfo& mine = info[rank_];
+  int fd = -1;
+  if (rank_ == 0) {
+    snprintf(mine.name, sizeof(mine.name), "/accl-%016llx-%d",
+             (unsigned long long)args_->commHash, getpid());
+    try {
+      fd = shm_open(mine.name, O_CREAT | O_EXCL | O_RDWR, 0600);
+      ACCL_SYSCHECK(fd, "shm_open(/dev/shm" + std::string(mine.name) + ")",
+                    "is /dev/shm mounted and writable?");
+      ACCL_SYSCHECK(ftruncate(fd, total), "ftruncate of the shared-memory segment", "");
+      // Reserve the pages now: a /dev/shm too small must fail here, not as SIGBUS later.
+      int e = posix_fallocate(fd, 0, total);
+      if (e)
+        ACCL_THROW(acclSystemError, "cannot reserve %zu MiB in /dev/shm: %s (check `df -h "
+                   "/dev/shm`; in a container raise --shm-size)", total >> 20, strerror(e));
+      base_ = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (base_ == MAP_FAILED) {
+        base_ = nullptr;
+        ACCL_SYSCHECK(-1, "mmap of the shared-memory segment", "");
+      }
+    } catch (const Error& err) {
+      snprintf(mine.error, sizeof(mine.error), "%s", err.what());
+    }
+  }
+  auto cleanup = [&] {
+    if (fd >= 0) close(fd);
+    fd = -1;
+    if (rank_ == 0) shm_unlink(info[0].name);
+  };
+  try {
+    gather(*args_, info.data(), sizeof(SegmentInfo));
+    if (info[0].error[0])
+      ACCL_THROW(acclSystemError, "rank 0 could not create the shared-memory segment: %s",
+                 info[0].error);
+    if (rank_ != 0) {
+      try {
+        fd = shm_open(info[0].name, O_RDWR, 0600);
+        ACCL_SYSCHECK(fd, "shm_open(/dev/shm" + std::string(info[0].name) + ")",
+                      "do all ranks run as the same user?");
+        base_ = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (base_ == MAP_FAILED) {
+          base_ = nullptr;
+          ACCL_SYSCHECK(-1, "mmap of the shared-memory segment", "");
+        }
+      } catch (const Error& err) {
+        snprintf(mine.error, sizeof(mine.error), "%s", err.what());
+      }
+    }
+    // Everyone reports; rank 0 unlinks whatever happened, so no segment is left behind.
+    gather(*args_, info.data(), sizeof(SegmentInfo));
+    cleanup();
+    for (int r = 0; r < nranks_; ++r)
+      if (info[r].error[0])
+        ACCL_THROW(acclSystemError, "rank %d could not map the shared-memory segment: %s", r,
+                   info[r].error);
+  } catch (...) {
+    cleanup();
+    if (base_) munmap(base_, total);
+    base_ = nullptr;
+    throw;
+  }
+  size_ = total;
+  char* b = static_cast<char*>(base_);
+  header_ = reinterpret_cast<ShmHeader*>(b);
+  ctrl_ = reinterpret_cast<RankCtrl*>(b + alignUp(sizeof(ShmHeader), 64));
+  channels_ = reinterpret_cast<ChannelCtrl*>(ctrl_ + nranks_);
+  data_ = b + dataOff;
+  p2p_ = b + p2pOff;
+  if (rank_ == 0) {
+    header_->magic = kShmMagic;
+    header_->commHash = args_->commHash;
+    header_->nranks = nranks_;
+  }
+  ACCL_INFO("SHM", "rank %d: segment %s, %zu MiB", rank_, info[0].name, total >> 20);
+}
+
+CpuComm::~CpuComm() {
+  if (base_) munmap(base_, size_);
+}
+
+void CpuComm::checkAbort() const {
+  if (__atomic_load_n(args_->abortFlag, __ATOMIC_ACQUIRE))
+    ACCL_THROW(acclRemoteError, "the communicator was aborted");
+  int by = header_->abortedBy.load(std::memory_order_acquire);
+  if (by) ACCL_THROW(acclRemoteError, "rank %d aborted the communicator", by - 1);
+}
+
+Backoff CpuComm::backoff() const {
+  return Backoff(args_->timeout, [this] { checkAbort(); });
+}
+
+void CpuComm::announceAbort() {
+  int32_t none = 0;
+  header_->abortedBy.compare_exchange_strong(none, rank_ + 1);
+}
+
+void CpuComm::arrive() { ctrl_[rank_].epoch.store(++epoch_, std::memory_order_release); }
+
+void CpuComm::waitAll() {
+  Backoff wait = backoff();
+  for (int r = 0; r < nranks_; ++r) {
+    while (ctrl_[r].epoch.load(std::memory_order_acquire) < epoch_) {
+      wait.pause([&] {
+        std::string missing;
+        for (int q = 0; q < nranks_; ++q)
+          if (ctrl_[q].epoch.load(std::memory_order_acquire) < epoch_)
+            missing += (missing.empty() ? "" : ",") + std::to_string(q);
+        return "ranks " + missing + " to arrive";
+      });
+    }
+  }
+}
+
+}  // namespace cpu
+}  // namespace accl

@@ -1,0 +1,119 @@
+// The cpu backend's communicator: one shared-memory segment per communicator, mapped by all of
+// its ranks, holding
+//   - a control line per rank: its barrier epoch (see arrive/waitAll);
+//   - two sets of staging slots, one slot per rank in each: collectives copy through them;
+//   - a channel per ordered pair of ranks (two buffers and head/tail counters) for send/recv.
+// The segment is unlinked as soon as every rank has mapped it, so it disappears with the last
+// mapping however the processes end.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "accl/backend.h"
+
+namespace accl {
+namespace cpu {
+
+constexpr int kP2pBufs = 2;
+
+struct alignas(64) RankCtrl {
+  std::atomic<uint64_t> epoch;
+};
+
+struct alignas(64) ChannelCtrl {
+  alignas(64) std::atomic<uint64_t> tail;  // chunks written by the sender
+  alignas(64) std::atomic<uint64_t> head;  // chunks taken by the receiver
+  // Total bytes of the message each buffered chunk belongs to, so a mismatched send/recv pair
+  // is reported instead of silently misread. Written before `tail` is released.
+  alignas(64) uint64_t msgBytes[kP2pBufs];
+};
+
+struct ShmHeader {
+  uint64_t magic;
+  uint64_t commHash;
+  int32_t nranks;
+  // Non-zero (rank + 1) once a rank aborted: peers stop waiting for it.
+  std::atomic<int32_t> abortedBy;
+};
+
+// Polls a condition the way every wait in the backend does: spin briefly (ACCL_SPIN_US), then
+// yield, then sleep, so ranks oversubscribed on few cores still make progress. Throws
+// acclTimeout after `timeout` seconds, acclRemoteError on abort; `describe` says what was
+// awaited.
+class Backoff {
+ public:
+  Backoff(double timeout, std::function<void()> checkAbort);
+  void pause(const std::function<std::string()>& describe);
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+  double timeout_;
+  std::function<void()> checkAbort_;
+  uint64_t polls_ = 0;
+  long spinNs_;
+};
+
+class CpuComm {
+ public:
+  explicit CpuComm(const acclBackendCommArgs_v1* args);
+  ~CpuComm();
+  CpuComm(const CpuComm&) = delete;
+  CpuComm& operator=(const CpuComm&) = delete;
+
+  // Largest all-reduce (bytes) for the direct algorithm (ACCL_ALLREDUCE_DIRECT_MAX).
+  size_t allReduceDirectMax;
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  const acclBackendCommArgs_v1& args() const { return *args_; }
+
+  // Barrier over the ranks' epoch counters: arrive() publishes this rank's next epoch; waitAll()
+  // returns once every rank has arrived there. A rank can be at most one epoch ahead of another.
+  void arrive();
+  void waitAll();
+  void barrier() {
+    arrive();
+    waitAll();
+  }
+
+  // Staging. Each step of a collective takes the next of the two slot sets. Every step has at
+  // least one barrier, so when a step writes its set, all reads of that set's previous use (two
+  // steps back) are complete.
+  int nextSet() { return static_cast<int>(step_++ & 1); }
+  char* slot(int set, int r) const { return data_ + (size_t(set) * nranks_ + r) * slotBytes_; }
+  size_t slotBytes() const { return slotBytes_; }
+
+  // Point to point.
+  ChannelCtrl& channel(int src, int dst) const { return channels_[src * nranks_ + dst]; }
+  char* channelBuf(int src, int dst, int i) const {
+    return p2p_ + ((size_t(src) * nranks_ + dst) * kP2pBufs + i) * p2pBytes_;
+  }
+  size_t p2pBytes() const { return p2pBytes_; }
+
+  // Throws if this communicator or a peer's was aborted.
+  void checkAbort() const;
+  Backoff backoff() const;
+  // Marks the segment so peers stop waiting for this rank.
+  void announceAbort();
+
+ private:
+  const acclBackendCommArgs_v1* args_;
+  int rank_, nranks_;
+  size_t slotBytes_, p2pBytes_;
+  uint64_t epoch_ = 0, step_ = 0;
+  void* base_ = nullptr;
+  size_t size_ = 0;
+  ShmHeader* header_ = nullptr;
+  RankCtrl* ctrl_ = nullptr;
+  ChannelCtrl* channels_ = nullptr;
+  char* data_ = nullptr;
+  char* p2p_ = nullptr;
+};
+
+}  // namespace cpu
+}  // namespace accl

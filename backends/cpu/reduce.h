@@ -1,0 +1,18 @@
+// Reduction kernels for every accl type and op.
+#pragma once
+
+#include <cstddef>
+
+#include "accl/accl.h"
+
+namespace accl {
+namespace cpu {
+
+// dst[i] = op(srcs[0][i], ..., srcs[n-1][i]) for i < count. dst may be one of the sources
+// (same address), not a partial overlap. Half and fp8 types accumulate in float and round once.
+// Avg divides by `n` (integer division for integer types).
+void reduce(void* dst, const void* const* srcs, int n, size_t count, acclDataType_t type,
+            acclRedOp_t op);
+
+}  // namespace cpu
+}  // namespace accl

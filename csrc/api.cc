@@ -1,0 +1,703 @@
+// The C API: the one place where C++ exceptions become acclResult_t codes and messages.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <new>
+#include <vector>
+
+#include "accl/accl.h"
+#include "comm.h"
+#include "errors.h"
+#include "logging.h"
+#include "params.h"
+#include "types.h"
+
+using namespace accl;
+
+namespace {
+
+// ------------------------------------------------------------------ error translation
+
+template <class F>
+acclResult_t api(const char* name, F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    setLastError(format("%s: %s", name, e.what()));
+    return e.code();
+  } catch (const std::bad_alloc&) {
+    setLastError(format("%s: out of host memory", name));
+    return acclSystemError;
+  } catch (const std::exception& e) {
+    setLastError(format("%s: internal error: %s", name, e.what()));
+    return acclInternalError;
+  }
+}
+
+// Errors after which the ranks are out of step or a peer is gone: the communicator is unusable.
+bool breaksComm(acclResult_t r) {
+  return r == acclTimeout || r == acclRemoteError || r == acclSystemError ||
+         r == acclInternalError || r == acclUnhandledDeviceError;
+}
+
+void markBroken(Comm& c, acclResult_t r, const std::string& msg) {
+  std::lock_guard<std::mutex> lock(c.asyncMutex);
+  if (c.asyncError.load() != acclSuccess) return;  // keep the first cause
+  c.asyncMessage = msg;
+  c.asyncError.store(r);
+}
+
+// Announces a call on `comm` and checks the handle; the destructor ends the call. See
+// acclComm::inflight for why the order matters.
+class Entered {
+ public:
+  explicit Entered(acclComm_t comm, bool allowNotReady = false) : h_(comm) {
+    if (!comm) ACCL_THROW(acclInvalidArgument, "comm is NULL");
+    h_->inflight.fetch_add(1);
+    uint32_t m = h_->magic.load();
+    if (m != acclComm::kLive) {
+      h_->inflight.fetch_sub(1);
+      h_ = nullptr;
+      if (m == acclComm::kDead) ACCL_THROW(acclInvalidUsage, "the communicator was destroyed");
+      ACCL_THROW(acclInvalidArgument, "comm does not point to an accl communicator");
+    }
+    if (allowNotReady) return;
+    Comm& c = *h_->impl;
+    int st = c.asyncError.load();
+    if (st == acclInProgress)
+      ACCL_THROW(acclInProgress, "the communicator is still initialising (non-blocking init); "
+                 "poll acclCommGetAsyncError");
+    if (st != acclSuccess) {
+      std::lock_guard<std::mutex> lock(c.asyncMutex);
+      ACCL_THROW((acclResult_t)st, "rank %d: the communicator is unusable after an earlier "
+                 "error; destroy or abort it. The earlier error: %s", c.rank,
+                 c.asyncMessage.c_str());
+    }
+    if (c.finalized) ACCL_THROW(acclInvalidUsage, "the communicator was finalized");
+  }
+  ~Entered() {
+    if (h_) h_->inflight.fetch_sub(1);
+  }
+  Comm& comm() { return *h_->impl; }
+
+ private:
+  acclComm_t h_;
+};
+
+std::string where(const Comm& c, uint64_t seq) {
+  return format("rank %d/%d (%s) #%llu", c.rank, c.nranks, c.backendName.c_str(),
+                (unsigned long long)seq);
+}
+
+// Calls into the backend for one operation and turns its failure into an Error.
+acclResult_t runOnBackend(Comm& c, uint64_t seq, const std::function<acclResult_t(Comm&)>& run) {
+  if (__atomic_load_n(&c.abortFlag, __ATOMIC_ACQUIRE))
+    ACCL_THROW(acclRemoteError, "%s: the communicator was aborted", where(c, seq).c_str());
+  c.args.seq = seq;
+  takeBackendMessage();
+  acclResult_t r = run(c);
+  if (r == acclSuccess) return r;
+  std::string msg = format("%s: %s", where(c, seq).c_str(), takeBackendMessage().c_str());
+  if (breaksComm(r)) markBroken(c, r, msg);
+  throw Error(r, msg);
+}
+
+// ------------------------------------------------------------------ groups
+
+struct QueuedOp {
+  acclComm_t handle;
+  uint64_t seq;
+  std::function<acclResult_t(Comm&)> run;
+};
+thread_local int tlsGroupDepth = 0;
+thread_local std::vector<QueuedOp> tlsGroupOps;
+
+// An operation on a communicator: `check` validates (throwing acclInvalidArgument), then `run`
+// calls the backend now, or at acclGroupEnd inside a group.
+acclResult_t commOp(const char* name, acclComm_t comm, const std::function<void(Comm&)>& check,
+                    std::function<acclResult_t(Comm&)> run) {
+  return api(name, [&] {
+    Entered e(comm);
+    Comm& c = e.comm();
+    try {
+      check(c);
+    } catch (const Error& err) {
+      ACCL_THROW(err.code(), "rank %d/%d: %s", c.rank, c.nranks, err.what());
+    }
+    uint64_t seq = ++c.seq;
+    if (tlsGroupDepth > 0) {
+      tlsGroupOps.push_back({comm, seq, std::move(run)});
+      return acclSuccess;
+    }
+    return runOnBackend(c, seq, run);
+  });
+}
+
+// ------------------------------------------------------------------ argument checks
+
+struct Span {
+  const char* name;
+  const void* p;
+  size_t bytes;
+};
+
+void checkBuffer(const Span& s, size_t count) {
+  ACCL_ARG_CHECK(s.p || count == 0, "%s is NULL with count %zu", s.name, count);
+}
+
+void checkType(acclDataType_t t) {
+  ACCL_ARG_CHECK(validType(t), "datatype %d is not an acclDataType_t", (int)t);
+}
+
+void checkOp(acclRedOp_t op) {
+  ACCL_ARG_CHECK(validOp(op), "op %d is not an acclRedOp_t", (int)op);
+}
+
+void checkRank(const Comm& c, int r, const char* what) {
+  ACCL_ARG_CHECK(r >= 0 && r < c.nranks, "%s %d is out of range [0, %d)", what, r, c.nranks);
+}
+
+// Send and receive ranges may overlap only in the operation's in-place layout, where the send
+// buffer starts exactly at `inPlaceOffset` bytes into the receive buffer (or the other way
+// round when `recvInsideSend`).
+void checkOverlap(const Span& send, const Span& recv, size_t inPlaceOffset, bool recvInsideSend) {
+  if (!send.p || !recv.p || !send.bytes || !recv.bytes) return;
+  auto s = reinterpret_cast<uintptr_t>(send.p), r = reinterpret_cast<uintptr_t>(recv.p);
+  bool overlap = s < r + recv.bytes && r < s + send.bytes;
+  if (!overlap) return;
+  bool inPlace = recvInsideSend ? r == s + inPlaceOffset : s == r + inPlaceOffset;
+  ACCL_ARG_CHECK(inPlace, "sendbuff and recvbuff overlap but not in the in-place layout "
+                 "(%s must start %zu bytes into %s)", recvInsideSend ? "recvbuff" : "sendbuff",
+                 inPlaceOffset, recvInsideSend ? "sendbuff" : "recvbuff");
+}
+
+// ------------------------------------------------------------------ communicator creation
+
+acclResult_t bootstrapAllGather(void* handle, void* data, size_t bytes);
+acclResult_t bootstrapBarrier(void* handle);
+
+void initComm(Comm& c, const acclUniqueId& id, double timeout) {
+  c.backend = findBackend(c.backendName);
+  c.bootstrap = std::make_unique<Bootstrap>(id, c.rank, c.nranks, timeout, &c.abortFlag);
+  c.args = {sizeof(acclBackendCommArgs_v1),
+            ACCL_BACKEND_ABI_VERSION,
+            c.rank,
+            c.nranks,
+            timeout,
+            &c.abortFlag,
+            c.bootstrap->commHash(),
+            0,
+            &c,
+            &bootstrapAllGather,
+            &bootstrapBarrier};
+  takeBackendMessage();
+  acclResult_t r = c.backend->commInit(&c.args, &c.bcomm);
+  if (r != acclSuccess)
+    ACCL_THROW(r, "rank %d/%d: backend %s could not create its communicator: %s", c.rank,
+               c.nranks, c.backendName.c_str(), takeBackendMessage().c_str());
+  ACCL_INFO("INIT", "rank %d/%d ready on backend %s", c.rank, c.nranks, c.backendName.c_str());
+}
+
+// The bootstrap as the backend sees it; a failure's text goes where the backend's would.
+acclResult_t bootstrapAllGather(void* handle, void* data, size_t bytes) {
+  Comm& c = *static_cast<Comm*>(handle);
+  try {
+    c.bootstrap->allGather(data, bytes, c.args.timeout);
+    return acclSuccess;
+  } catch (const Error& e) {
+    setBackendMessage(e.what());
+    return e.code();
+  }
+}
+
+acclResult_t bootstrapBarrier(void* handle) {
+  Comm& c = *static_cast<Comm*>(handle);
+  try {
+    c.bootstrap->barrier(c.args.timeout);
+    return acclSuccess;
+  } catch (const Error& e) {
+    setBackendMessage(e.what());
+    return e.code();
+  }
+}
+
+struct Settings {
+  double timeout;
+  std::string backend;
+  bool blocking;
+};
+
+Settings readConfig(const acclConfig_t* config, const Comm* parent) {
+  Settings s{parent ? parent->args.timeout : 0.0, parent ? parent->backendName : "", true};
+  if (config) {
+    ACCL_ARG_CHECK(config->magic == ACCL_CONFIG_MAGIC,
+                   "config was not initialised with ACCL_CONFIG_INITIALIZER (bad magic %#x)",
+                   config->magic);
+    ACCL_ARG_CHECK(config->size >= sizeof(acclConfig_t) && config->size < (1u << 16),
+                   "config->size is %zu, expected sizeof(acclConfig_t) = %zu", config->size,
+                   sizeof(acclConfig_t));
+    ACCL_ARG_CHECK(config->blocking == 0 || config->blocking == 1,
+                   "config->blocking is %d, expected 0 or 1", config->blocking);
+    if (config->timeout > 0) s.timeout = config->timeout;
+    if (config->backend) s.backend = config->backend;
+    s.blocking = config->blocking;
+  }
+  if (s.timeout <= 0) s.timeout = paramDouble(Param::Timeout);
+  ACCL_ARG_CHECK(s.timeout > 0, "the timeout must be positive, got %g s", s.timeout);
+  if (s.backend.empty()) s.backend = paramString(Param::Backend);
+  return s;
+}
+
+// Creates the handle; a non-blocking init finishes on a thread and returns acclInProgress.
+acclResult_t createComm(acclComm_t* out, int nranks, const acclUniqueId& id, int rank,
+                        const Settings& s) {
+  auto h = std::make_unique<acclComm>();
+  h->impl = std::make_unique<Comm>();
+  Comm& c = *h->impl;
+  c.rank = rank;
+  c.nranks = nranks;
+  c.backendName = s.backend;
+  if (s.blocking) {
+    initComm(c, id, s.timeout);
+    *out = h.release();
+    return acclSuccess;
+  }
+  c.asyncError.store(acclInProgress);
+  c.initThread = std::thread([&c, id, timeout = s.timeout] {
+    try {
+      initComm(c, id, timeout);
+      c.asyncError.store(acclSuccess);
+    } catch (const Error& e) {
+      std::lock_guard<std::mutex> lock(c.asyncMutex);
+      c.asyncMessage = e.what();
+      c.asyncError.store(e.code());
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(c.asyncMutex);
+      c.asyncMessage = format("internal error: %s", e.what());
+      c.asyncError.store(acclInternalError);
+    }
+  });
+  *out = h.release();
+  return acclInProgress;
+}
+
+// Frees the communicator behind a handle: marks it dead, stops and waits for running calls,
+// then releases the backend. `abort` also wakes calls blocked on other threads.
+acclResult_t release(const char* name, acclComm_t comm, bool abort) {
+  return api(name, [&] {
+    ACCL_ARG_CHECK(comm, "comm is NULL");
+    uint32_t expected = acclComm::kLive;
+    if (!comm->magic.compare_exchange_strong(expected, acclComm::kDead))
+      ACCL_THROW(expected == acclComm::kDead ? acclInvalidUsage : acclInvalidArgument,
+                 expected == acclComm::kDead ? "the communicator was already destroyed"
+                                             : "comm does not point to an accl communicator");
+    Comm& c = *comm->impl;
+    if (abort || comm->inflight.load() > 0 || c.initThread.joinable())
+      __atomic_store_n(&c.abortFlag, 1, __ATOMIC_RELEASE);
+    // Every wait polls the abort flag at least every 50 ms, so this ends promptly.
+    while (comm->inflight.load() > 0) usleep(1000);
+    if (c.initThread.joinable()) c.initThread.join();
+    acclResult_t r = acclSuccess;
+    std::string msg;
+    if (c.bcomm) {
+      takeBackendMessage();
+      r = c.backend->commDestroy(c.bcomm);
+      if (r != acclSuccess) msg = takeBackendMessage();
+    }
+    comm->impl.reset();
+    if (r != acclSuccess) ACCL_THROW(r, "backend could not free its communicator: %s", msg.c_str());
+    return acclSuccess;
+  });
+}
+
+}  // namespace
+
+// ==================================================================== C API
+
+extern "C" {
+
+acclResult_t acclGetVersion(int* version) {
+  return api("acclGetVersion", [&] {
+    ACCL_ARG_CHECK(version, "version is NULL");
+    *version = ACCL_VERSION_CODE;
+    return acclSuccess;
+  });
+}
+
+acclResult_t acclGetUniqueId(acclUniqueId* uniqueId) {
+  return api("acclGetUniqueId", [&] {
+    ACCL_ARG_CHECK(uniqueId, "uniqueId is NULL");
+    createUniqueId(uniqueId);
+    return acclSuccess;
+  });
+}
+
+acclResult_t acclCommInitRankConfig(acclComm_t* comm, int nranks, acclUniqueId commId, int rank,
+                                    acclConfig_t* config) {
+  return api("acclCommInitRank", [&] {
+    ACCL_ARG_CHECK(comm, "comm is NULL");
+    *comm = nullptr;
+    ACCL_ARG_CHECK(nranks > 0, "nranks is %d, must be positive", nranks);
+    ACCL_ARG_CHECK(rank >= 0 && rank < nranks, "rank %d is out of range [0, %d)", rank, nranks);
+    return createComm(comm, nranks, commId, rank, readConfig(config, nullptr));
+  });
+}
+
+acclResult_t acclCommInitRank(acclComm_t* comm, int nranks, acclUniqueId commId, int rank) {
+  return acclCommInitRankConfig(comm, nranks, commId, rank, nullptr);
+}
+
+acclResult_t acclCommSplit(acclComm_t comm, int color, int key, acclComm_t* newcomm,
+                           acclConfig_t* config) {
+  return api("acclCommSplit", [&] {
+    ACCL_ARG_CHECK(newcomm, "newcomm is NULL");
+    *newcomm = nullptr;
+    ACCL_ARG_CHECK(color >= 0 || color == ACCL_SPLIT_NOCOLOR,
+                   "color %d is negative and not ACCL_SPLIT_NOCOLOR", color);
+    Entered e(comm);
+    Comm& c = e.comm();
+    Settings s = readConfig(config, &c);
+    ++c.seq;
+    // Round 1: everyone's color and key. Round 2: each color's first member (by key, then
+    // rank) makes the new unique id, and everyone picks up its color's.
+    struct Entry {
+      int32_t color, key;
+    };
+    std::vector<Entry> all(c.nranks);
+    all[c.rank] = {color, key};
+    c.bootstrap->allGather(all.data(), sizeof(Entry), c.args.timeout);
+    std::vector<int> members;
+    for (int r = 0; r < c.nranks; ++r)
+      if (color != ACCL_SPLIT_NOCOLOR && all[r].color == color) members.push_back(r);
+    std::stable_sort(members.begin(), members.end(),
+                     [&](int a, int b) { return all[a].key < all[b].key; });
+    std::vector<acclUniqueId> ids(c.nranks);
+    if (!members.empty() && members[0] == c.rank) createUniqueId(&ids[c.rank]);
+    c.bootstrap->allGather(ids.data(), sizeof(acclUniqueId), c.args.timeout);
+    if (members.empty()) return acclSuccess;
+    int newRank = std::find(members.begin(), members.end(), c.rank) - members.begin();
+    return createComm(newcomm, members.size(), ids[members[0]], newRank, s);
+  });
+}
+
+acclResult_t acclCommFinalize(acclComm_t comm) {
+  return api("acclCommFinalize", [&] {
+    Entered e(comm);
+    Comm& c = e.comm();
+    uint64_t seq = ++c.seq;
+    runOnBackend(c, seq, [](Comm& c) { return c.backend->commFinalize(c.bcomm); });
+    c.bootstrap->barrier(c.args.timeout);
+    c.finalized = true;
+    return acclSuccess;
+  });
+}
+
+acclResult_t acclCommDestroy(acclComm_t comm) { return release("acclCommDestroy", comm, false); }
+
+acclResult_t acclCommAbort(acclComm_t comm) { return release("acclCommAbort", comm, true); }
+
+acclResult_t acclCommGetAsyncError(acclComm_t comm, acclResult_t* asyncError) {
+  return api("acclCommGetAsyncError", [&] {
+    ACCL_ARG_CHECK(asyncError, "asyncError is NULL");
+    Entered e(comm, true);
+    Comm& c = e.comm();
+    *asyncError = (acclResult_t)c.asyncError.load();
+    if (*asyncError != acclSuccess && *asyncError != acclInProgress) {
+      std::lock_guard<std::mutex> lock(c.asyncMutex);
+      setLastError(c.asyncMessage);
+    }
+    return acclSuccess;
+  });
+}
+
+acclResult_t acclCommCount(const acclComm_t comm, int* count) {
+  return api("acclCommCount", [&] {
+    ACCL_ARG_CHECK(count, "count is NULL");
+    Entered e(comm, true);
+    *count = e.comm().nranks;
+    return acclSuccess;
+  });
+}
+
+acclResult_t acclCommUserRank(const acclComm_t comm, int* rank) {
+  return api("acclCommUserRank", [&] {
+    ACCL_ARG_CHECK(rank, "rank is NULL");
+    Entered e(comm, true);
+    *rank = e.comm().rank;
+    return acclSuccess;
+  });
+}
+
+acclResult_t acclCommGetBackend(const acclComm_t comm, const char** name) {
+  return api("acclCommGetBackend", [&] {
+    ACCL_ARG_CHECK(name, "name is NULL");
+    Entered e(comm, true);
+    *name = e.comm().backend ? e.comm().backend->name : e.comm().backendName.c_str();
+    return acclSuccess;
+  });
+}
+
+const char* acclGetErrorString(acclResult_t result) {
+  switch (result) {
+    case acclSuccess: return "no error";
+    case acclUnhandledDeviceError: return "unhandled device runtime error";
+    case acclSystemError: return "system error";
+    case acclInternalError: return "internal error";
+    case acclInvalidArgument: return "invalid argument";
+    case acclInvalidUsage: return "invalid usage";
+    case acclRemoteError: return "remote process exited or there was a network error";
+    case acclInProgress: return "operation in progress";
+    case acclTimeout: return "timeout";
+    case acclNotSupported: return "not supported by the backend";
+    default: return "unknown result code";
+  }
+}
+
+const char* acclGetLastError(acclComm_t) { return lastError(); }
+
+// ------------------------------------------------------------------ collectives
+
+acclResult_t acclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           acclDataType_t datatype, acclRedOp_t op, acclComm_t comm,
+                           void* stream) {
+  return commOp(
+      "acclAllReduce", comm,
+      [&](Comm&) {
+        checkType(datatype);
+        checkOp(op);
+        size_t bytes = count * typeSize(datatype);
+        checkBuffer({"sendbuff", sendbuff, bytes}, count);
+        checkBuffer({"recvbuff", recvbuff, bytes}, count);
+        checkOverlap({"sendbuff", sendbuff, bytes}, {"recvbuff", recvbuff, bytes}, 0, false);
+      },
+      [=](Comm& c) {
+        return c.backend->allReduce(sendbuff, recvbuff, count, datatype, op, c.bcomm, stream);
+      });
+}
+
+acclResult_t acclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           acclDataType_t datatype, int root, acclComm_t comm, void* stream) {
+  return commOp(
+      "acclBroadcast", comm,
+      [&](Comm& c) {
+        checkType(datatype);
+        checkRank(c, root, "root");
+        size_t bytes = count * typeSize(datatype);
+        if (c.rank == root) {
+          checkBuffer({"sendbuff", sendbuff, bytes}, count);
+          checkOverlap({"sendbuff", sendbuff, bytes}, {"recvbuff", recvbuff, bytes}, 0, false);
+        }
+        checkBuffer({"recvbuff", recvbuff, bytes}, count);
+      },
+      [=](Comm& c) {
+        return c.backend->broadcast(sendbuff, recvbuff, count, datatype, root, c.bcomm, stream);
+      });
+}
+
+acclResult_t acclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                        acclDataType_t datatype, acclRedOp_t op, int root, acclComm_t comm,
+                        void* stream) {
+  return commOp(
+      "acclReduce", comm,
+      [&](Comm& c) {
+        checkType(datatype);
+        checkOp(op);
+        checkRank(c, root, "root");
+        size_t bytes = count * typeSize(datatype);
+        checkBuffer({"sendbuff", sendbuff, bytes}, count);
+        if (c.rank == root) {
+          checkBuffer({"recvbuff", recvbuff, bytes}, count);
+          checkOverlap({"sendbuff", sendbuff, bytes}, {"recvbuff", recvbuff, bytes}, 0, false);
+        }
+      },
+      [=](Comm& c) {
+        return c.backend->reduce(sendbuff, recvbuff, count, datatype, op, root, c.bcomm, stream);
+      });
+}
+
+acclResult_t acclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           acclDataType_t datatype, acclComm_t comm, void* stream) {
+  return commOp(
+      "acclAllGather", comm,
+      [&](Comm& c) {
+        checkType(datatype);
+        size_t bytes = sendcount * typeSize(datatype);
+        checkBuffer({"sendbuff", sendbuff, bytes}, sendcount);
+        checkBuffer({"recvbuff", recvbuff, bytes}, sendcount);
+        checkOverlap({"sendbuff", sendbuff, bytes}, {"recvbuff", recvbuff, bytes * c.nranks},
+                     bytes * c.rank, false);
+      },
+      [=](Comm& c) {
+        return c.backend->allGather(sendbuff, recvbuff, sendcount, datatype, c.bcomm, stream);
+      });
+}
+
+acclResult_t acclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               acclDataType_t datatype, acclRedOp_t op, acclComm_t comm,
+                               void* stream) {
+  return commOp(
+      "acclReduceScatter", comm,
+      [&](Comm& c) {
+        checkType(datatype);
+        checkOp(op);
+        size_t bytes = recvcount * typeSize(datatype);
+        checkBuffer({"sendbuff", sendbuff, bytes}, recvcount);
+        checkBuffer({"recvbuff", recvbuff, bytes}, recvcount);
+        checkOverlap({"sendbuff", sendbuff, bytes * c.nranks}, {"recvbuff", recvbuff, bytes},
+                     bytes * c.rank, true);
+      },
+      [=](Comm& c) {
+        return c.backend->reduceScatter(sendbuff, recvbuff, recvcount, datatype, op, c.bcomm,
+                                        stream);
+      });
+}
+
+acclResult_t acclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                          acclDataType_t datatype, acclComm_t comm, void* stream) {
+  return commOp(
+      "acclAlltoAll", comm,
+      [&](Comm& c) {
+        checkType(datatype);
+        size_t bytes = count * typeSize(datatype) * c.nranks;
+        checkBuffer({"sendbuff", sendbuff, bytes}, count);
+        checkBuffer({"recvbuff", recvbuff, bytes}, count);
+        checkOverlap({"sendbuff", sendbuff, bytes}, {"recvbuff", recvbuff, bytes}, 0, false);
+      },
+      [=](Comm& c) {
+        return c.backend->alltoAll(sendbuff, recvbuff, count, datatype, c.bcomm, stream);
+      });
+}
+
+acclResult_t acclGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                        acclDataType_t datatype, int root, acclComm_t comm, void* stream) {
+  return commOp(
+      "acclGather", comm,
+      [&](Comm& c) {
+        checkType(datatype);
+        checkRank(c, root, "root");
+        size_t bytes = sendcount * typeSize(datatype);
+        checkBuffer({"sendbuff", sendbuff, bytes}, sendcount);
+        if (c.rank == root) {
+          checkBuffer({"recvbuff", recvbuff, bytes}, sendcount);
+          checkOverlap({"sendbuff", sendbuff, bytes}, {"recvbuff", recvbuff, bytes * c.nranks},
+                       bytes * root, false);
+        }
+      },
+      [=](Comm& c) {
+        return c.backend->gather(sendbuff, recvbuff, sendcount, datatype, root, c.bcomm, stream);
+      });
+}
+
+acclResult_t acclScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                         acclDataType_t datatype, int root, acclComm_t comm, void* stream) {
+  return commOp(
+      "acclScatter", comm,
+      [&](Comm& c) {
+        checkType(datatype);
+        checkRank(c, root, "root");
+        size_t bytes = recvcount * typeSize(datatype);
+        checkBuffer({"recvbuff", recvbuff, bytes}, recvcount);
+        if (c.rank == root) {
+          checkBuffer({"sendbuff", sendbuff, bytes}, recvcount);
+          checkOverlap({"sendbuff", sendbuff, bytes * c.nranks}, {"recvbuff", recvbuff, bytes},
+                       bytes * root, true);
+        }
+      },
+      [=](Comm& c) {
+        return c.backend->scatter(sendbuff, recvbuff, recvcount, datatype, root, c.bcomm,
+                                  stream);
+      });
+}
+
+acclResult_t acclBarrier(acclComm_t comm, void* stream) {
+  return commOp(
+      "acclBarrier", comm, [](Comm&) {},
+      [=](Comm& c) { return c.backend->barrier(c.bcomm, stream); });
+}
+
+acclResult_t acclSend(const void* sendbuff, size_t count, acclDataType_t datatype, int peer,
+                      acclComm_t comm, void* stream) {
+  return commOp(
+      "acclSend", comm,
+      [&](Comm& c) {
+        checkType(datatype);
+        checkRank(c, peer, "peer");
+        checkBuffer({"sendbuff", sendbuff, 0}, count);
+      },
+      [=](Comm& c) {
+        return c.backend->send(sendbuff, count, datatype, peer, c.bcomm, stream);
+      });
+}
+
+acclResult_t acclRecv(void* recvbuff, size_t count, acclDataType_t datatype, int peer,
+                      acclComm_t comm, void* stream) {
+  return commOp(
+      "acclRecv", comm,
+      [&](Comm& c) {
+        checkType(datatype);
+        checkRank(c, peer, "peer");
+        checkBuffer({"recvbuff", recvbuff, 0}, count);
+      },
+      [=](Comm& c) {
+        return c.backend->recv(recvbuff, count, datatype, peer, c.bcomm, stream);
+      });
+}
+
+acclResult_t acclGroupStart(void) {
+  ++tlsGroupDepth;
+  return acclSuccess;
+}
+
+acclResult_t acclGroupEnd(void) {
+  return api("acclGroupEnd", [&] {
+    if (tlsGroupDepth == 0)
+      ACCL_THROW(acclInvalidUsage, "acclGroupEnd without a matching acclGroupStart");
+    if (--tlsGroupDepth > 0) return acclSuccess;
+    std::vector<QueuedOp> ops;
+    ops.swap(tlsGroupOps);
+    // Hold every communicator the group touches, then replay the calls inside each backend's
+    // own group bracket.
+    std::vector<std::unique_ptr<Entered>> held;
+    std::vector<const acclBackend_v1*> backends;
+    for (auto& op : ops) {
+      held.push_back(std::make_unique<Entered>(op.handle));
+      const acclBackend_v1* b = op.handle->impl->backend;
+      if (std::find(backends.begin(), backends.end(), b) == backends.end()) backends.push_back(b);
+    }
+    for (auto* b : backends) b->groupStart();
+    acclResult_t first = acclSuccess;
+    std::string firstMsg;
+    for (auto& op : ops) {
+      try {
+        runOnBackend(*op.handle->impl, op.seq, op.run);
+      } catch (const Error& e) {
+        if (first == acclSuccess) {
+          first = e.code();
+          firstMsg = e.what();
+        }
+      }
+    }
+    for (auto* b : backends) {
+      takeBackendMessage();
+      acclResult_t r = b->groupEnd();
+      if (r == acclSuccess) continue;
+      std::string msg = takeBackendMessage();
+      for (auto& op : ops) {
+        Comm& c = *op.handle->impl;
+        if (c.backend == b && breaksComm(r))
+          markBroken(c, r, format("rank %d/%d (%s) group: %s", c.rank, c.nranks,
+                                  c.backendName.c_str(), msg.c_str()));
+      }
+      if (first == acclSuccess) {
+        first = r;
+        firstMsg = msg;
+      }
+    }
+    if (first != acclSuccess) throw Error(first, firstMsg);
+    return acclSuccess;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,51 @@
+// The core's communicator: one backend communicator plus the bootstrap it was made with.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "accl/backend.h"
+#include "bootstrap.h"
+
+namespace accl {
+
+struct Comm {
+  int rank = 0, nranks = 0;
+  std::string backendName;
+  const acclBackend_v1* backend = nullptr;
+  void* bcomm = nullptr;
+  acclBackendCommArgs_v1 args{};  // handed to the backend; lives as long as bcomm
+  std::unique_ptr<Bootstrap> bootstrap;
+  volatile int abortFlag = 0;
+  // acclSuccess, acclInProgress while a non-blocking init runs, or the error that broke it.
+  std::atomic<int> asyncError{acclSuccess};
+  std::string asyncMessage;
+  std::mutex asyncMutex;             // guards asyncMessage once init is done
+  uint64_t seq = 0;                  // numbers every operation, for error messages
+  std::thread initThread;            // the non-blocking init
+  bool finalized = false;
+};
+
+// The backend called `name`, initialised once per process; throws acclInvalidArgument listing
+// the available ones when there is none.
+const acclBackend_v1* findBackend(const std::string& name);
+
+// The calling thread's message from a backend's host->setError (consumed by api.cc).
+std::string takeBackendMessage();
+void setBackendMessage(const std::string& msg);
+
+}  // namespace accl
+
+// The public handle. It is never freed: after destroy it stays as a tombstone, so a call on a
+// destroyed communicator is reported (acclInvalidUsage) instead of reading freed memory.
+struct acclComm {
+  static constexpr uint32_t kLive = 0xacc1c033, kDead = 0xdeadc033;
+  std::atomic<uint32_t> magic{kLive};
+  // Calls running on this communicator. It lives here, not in impl, so that a call can announce
+  // itself before it looks at impl: destroy marks the handle dead, then waits for this to be 0.
+  std::atomic<int> inflight{0};
+  std::unique_ptr<accl::Comm> impl;
+};

@@ -1,0 +1,47 @@
+// Every environment variable the C library reads, declared once: name, default, documentation.
+// docs/environment.md lists the same table; `python -m accl.info` prints the values in effect.
+#pragma once
+
+#include <string>
+
+#define ACCL_PARAMS(X)                                                                         \
+  X(Debug, "ACCL_DEBUG", "WARN", "Log level on stderr: NONE, WARN, INFO or TRACE.")             \
+  X(DebugSubsys, "ACCL_DEBUG_SUBSYS", "ALL",                                                   \
+    "Comma-separated subsystems to log (INIT, BOOTSTRAP, SHM, COLL, P2P), or ALL.")            \
+  X(Backend, "ACCL_BACKEND", "cpu", "Backend for communicators whose config names none.")      \
+  X(Timeout, "ACCL_TIMEOUT", "600",                                                            \
+    "Seconds any call may block before it fails with acclTimeout.")                            \
+  X(CommId, "ACCL_COMM_ID", "",                                                                \
+    "host:port where rank 0 hosts the rendezvous, instead of the process that called "         \
+    "acclGetUniqueId (for launchers with no side channel).")                                   \
+  X(CommSecret, "ACCL_COMM_SECRET", "",                                                        \
+    "Shared secret for ACCL_COMM_ID mode; all ranks must see the same value.")                 \
+  X(SocketIfname, "ACCL_SOCKET_IFNAME", "",                                                    \
+    "Network interface (name prefix) for the bootstrap; default: the first up, "               \
+    "non-loopback IPv4 interface, else loopback.")                                             \
+  X(ShmSlotBytes, "ACCL_SHM_SLOT_BYTES", "1048576",                                            \
+    "Bytes of shared-memory staging per rank and buffer (two buffers per rank).")              \
+  X(ShmP2pBytes, "ACCL_SHM_P2P_BYTES", "262144",                                               \
+    "Bytes of each of the two shared-memory buffers per ordered pair of ranks for send/recv.") \
+  X(SpinUs, "ACCL_SPIN_US", "50",                                                              \
+    "Microseconds a wait spins before it yields the CPU, then sleeps.")                        \
+  X(AllReduceDirectMax, "ACCL_ALLREDUCE_DIRECT_MAX", "16384",                                  \
+    "Largest all-reduce (bytes) for the direct algorithm; larger ones reduce-scatter then "    \
+    "all-gather through shared memory.")
+
+namespace accl {
+
+enum class Param {
+#define ACCL_PARAM_ENUM(id, name, def, doc) id,
+  ACCL_PARAMS(ACCL_PARAM_ENUM)
+#undef ACCL_PARAM_ENUM
+};
+
+// The value from the environment, or the default. Read at each call, so a process may change
+// the environment between communicators.
+std::string paramString(Param p);
+// Throws acclInvalidArgument naming the variable when the value does not parse.
+long long paramInt(Param p);
+double paramDouble(Param p);
+
+}  // namespace accl

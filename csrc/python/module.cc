@@ -1,0 +1,220 @@
+// accl._accl: a thin pybind11 layer over the C API. Buffers arrive as integer addresses that the
+// Python package has already checked; every data-moving call releases the GIL.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "accl/accl.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// A failed C call; translated into the accl.errors class for its code.
+struct CallError {
+  acclResult_t code;
+  std::string message;
+};
+
+void check(acclResult_t r) {
+  if (r != acclSuccess && r != acclInProgress) throw CallError{r, acclGetLastError(nullptr)};
+}
+
+void* ptr(uintptr_t a) { return reinterpret_cast<void*>(a); }
+
+class Comm {
+ public:
+  Comm(const py::bytes& uid, int rank, int size, double timeout,
+       const std::optional<std::string>& backend) {
+    std::string s = uid;
+    if (s.size() != ACCL_UNIQUE_ID_BYTES)
+      throw CallError{acclInvalidArgument, "unique_id must be " +
+                                               std::to_string(ACCL_UNIQUE_ID_BYTES) +
+                                               " bytes, got " + std::to_string(s.size())};
+    acclUniqueId id;
+    memcpy(id.internal, s.data(), sizeof(id.internal));
+    acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
+    cfg.timeout = timeout;
+    cfg.backend = backend ? backend->c_str() : nullptr;
+    acclResult_t r;
+    {
+      py::gil_scoped_release nogil;
+      r = acclCommInitRankConfig(&comm_, size, id, rank, &cfg);
+    }
+    check(r);
+  }
+  explicit Comm(acclComm_t c) : comm_(c) {}
+  Comm(Comm&& o) noexcept : comm_(o.comm_), released_(o.released_) { o.comm_ = nullptr; }
+  Comm(const Comm&) = delete;
+  ~Comm() {
+    // A communicator the program forgot is freed locally, as acclCommDestroy does.
+    if (comm_ && !released_) acclCommDestroy(comm_);
+  }
+
+  int rank() const {
+    int r;
+    check(acclCommUserRank(comm_, &r));
+    return r;
+  }
+  int size() const {
+    int n;
+    check(acclCommCount(comm_, &n));
+    return n;
+  }
+  std::string backend() const {
+    const char* name;
+    check(acclCommGetBackend(comm_, &name));
+    return name;
+  }
+
+  void allReduce(uintptr_t s, uintptr_t r, size_t n, int t, int op) {
+    check(acclAllReduce(ptr(s), ptr(r), n, acclDataType_t(t), acclRedOp_t(op), comm_, nullptr));
+  }
+  void broadcast(uintptr_t s, uintptr_t r, size_t n, int t, int root) {
+    check(acclBroadcast(ptr(s), ptr(r), n, acclDataType_t(t), root, comm_, nullptr));
+  }
+  void reduce(uintptr_t s, uintptr_t r, size_t n, int t, int op, int root) {
+    check(acclReduce(ptr(s), ptr(r), n, acclDataType_t(t), acclRedOp_t(op), root, comm_,
+                     nullptr));
+  }
+  void allGather(uintptr_t s, uintptr_t r, size_t n, int t) {
+    check(acclAllGather(ptr(s), ptr(r), n, acclDataType_t(t), comm_, nullptr));
+  }
+  void reduceScatter(uintptr_t s, uintptr_t r, size_t n, int t, int op) {
+    check(acclReduceScatter(ptr(s), ptr(r), n, acclDataType_t(t), acclRedOp_t(op), comm_,
+                            nullptr));
+  }
+  void allToAll(uintptr_t s, uintptr_t r, size_t n, int t) {
+    check(acclAlltoAll(ptr(s), ptr(r), n, acclDataType_t(t), comm_, nullptr));
+  }
+  void gather(uintptr_t s, uintptr_t r, size_t n, int t, int root) {
+    check(acclGather(ptr(s), ptr(r), n, acclDataType_t(t), root, comm_, nullptr));
+  }
+  void scatter(uintptr_t s, uintptr_t r, size_t n, int t, int root) {
+    check(acclScatter(ptr(s), ptr(r), n, acclDataType_t(t), root, comm_, nullptr));
+  }
+  void send(uintptr_t b, size_t n, int t, int peer) {
+    check(acclSend(ptr(b), n, acclDataType_t(t), peer, comm_, nullptr));
+  }
+  void recv(uintptr_t b, size_t n, int t, int peer) {
+    check(acclRecv(ptr(b), n, acclDataType_t(t), peer, comm_, nullptr));
+  }
+  void barrier() { check(acclBarrier(comm_, nullptr)); }
+
+  py::object split(int color, int key) {
+    acclComm_t nc = nullptr;
+    acclResult_t r;
+    {
+      py::gil_scoped_release nogil;
+      r = acclCommSplit(comm_, color, key, &nc, nullptr);
+    }
+    check(r);
+    if (!nc) return py::none();
+    return py::cast(Comm(nc));
+  }
+  void finalize() { check(acclCommFinalize(comm_)); }
+  void destroy() { release(false); }
+  void abort() { release(true); }
+  int asyncError() const {
+    acclResult_t e;
+    check(acclCommGetAsyncError(comm_, &e));
+    return e;
+  }
+
+  // Back-to-back calls timed here, so the figure holds no Python overhead.
+  double timeOp(const std::string& name, uintptr_t s, uintptr_t r, size_t n, int t, int op,
+                int root, int iters) {
+    int me = rank(), nr = size();
+    auto once = [&]() -> acclResult_t {
+      acclDataType_t dt = acclDataType_t(t);
+      acclRedOp_t o = acclRedOp_t(op);
+      if (name == "all_reduce") return acclAllReduce(ptr(s), ptr(r), n, dt, o, comm_, nullptr);
+      if (name == "all_gather") return acclAllGather(ptr(s), ptr(r), n, dt, comm_, nullptr);
+      if (name == "reduce_scatter")
+        return acclReduceScatter(ptr(s), ptr(r), n, dt, o, comm_, nullptr);
+      if (name == "broadcast") return acclBroadcast(ptr(s), ptr(r), n, dt, root, comm_, nullptr);
+      if (name == "reduce") return acclReduce(ptr(s), ptr(r), n, dt, o, root, comm_, nullptr);
+      if (name == "alltoall") return acclAlltoAll(ptr(s), ptr(r), n, dt, comm_, nullptr);
+      if (name == "gather") return acclGather(ptr(s), ptr(r), n, dt, root, comm_, nullptr);
+      if (name == "scatter") return acclScatter(ptr(s), ptr(r), n, dt, root, comm_, nullptr);
+      if (name == "sendrecv") {
+        acclGroupStart();
+        acclSend(ptr(s), n, dt, (me + 1) % nr, comm_, nullptr);
+        acclRecv(ptr(r), n, dt, (me + nr - 1) % nr, comm_, nullptr);
+        return acclGroupEnd();
+      }
+      throw CallError{acclInvalidArgument, "time_op: unknown collective '" + name + "'"};
+    };
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) check(once());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+ private:
+  void release(bool abort) {
+    if (released_) throw CallError{acclInvalidUsage, "the communicator was destroyed"};
+    released_ = true;
+    check(abort ? acclCommAbort(comm_) : acclCommDestroy(comm_));
+  }
+
+  acclComm_t comm_ = nullptr;
+  bool released_ = false;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_accl, m) {
+  m.doc() = "Private binding of libaccl; use accl.Communicator.";
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const CallError& e) {
+      py::object cls = py::module_::import("accl.errors").attr("from_code")(int(e.code));
+      PyErr_SetObject(cls.ptr(), py::str(e.message).ptr());
+    }
+  });
+
+  m.def("version", [] {
+    int v;
+    check(acclGetVersion(&v));
+    return v;
+  });
+  m.def("get_unique_id", [] {
+    acclUniqueId id;
+    check(acclGetUniqueId(&id));
+    return py::bytes(id.internal, sizeof(id.internal));
+  });
+  m.def("group_start", [] { check(acclGroupStart()); });
+  m.def("group_end", [] { check(acclGroupEnd()); }, py::call_guard<py::gil_scoped_release>());
+  m.def("error_string", [](int code) { return std::string(acclGetErrorString(acclResult_t(code))); });
+
+  using G = py::call_guard<py::gil_scoped_release>;
+  py::class_<Comm>(m, "Comm")
+      .def(py::init<const py::bytes&, int, int, double, const std::optional<std::string>&>(),
+           py::arg("unique_id"), py::arg("rank"), py::arg("size"), py::arg("timeout") = 0.0,
+           py::arg("backend") = py::none())
+      .def_property_readonly("rank", &Comm::rank)
+      .def_property_readonly("size", &Comm::size)
+      .def_property_readonly("backend", &Comm::backend)
+      .def("all_reduce", &Comm::allReduce, G())
+      .def("broadcast", &Comm::broadcast, G())
+      .def("reduce", &Comm::reduce, G())
+      .def("all_gather", &Comm::allGather, G())
+      .def("reduce_scatter", &Comm::reduceScatter, G())
+      .def("all_to_all", &Comm::allToAll, G())
+      .def("gather", &Comm::gather, G())
+      .def("scatter", &Comm::scatter, G())
+      .def("send", &Comm::send, G())
+      .def("recv", &Comm::recv, G())
+      .def("barrier", &Comm::barrier, G())
+      .def("split", &Comm::split)
+      .def("finalize", &Comm::finalize, G())
+      .def("destroy", &Comm::destroy, G())
+      .def("abort", &Comm::abort, G())
+      .def("async_error", &Comm::asyncError)
+      .def("time_op", &Comm::timeOp, G());
+}
