@@ -56,13 +56,24 @@ class Entered {
   explicit Entered(acclComm_t comm, bool allowNotReady = false) : h_(comm) {
     if (!comm) ACCL_THROW(acclInvalidArgument, "comm is NULL");
     h_->inflight.fetch_add(1);
-    uint32_t m = h_->magic.load();
-    if (m != acclComm::kLive) {
-      h_->inflight.fetch_sub(1);
-      h_ = nullptr;
-      if (m == acclComm::kDead) ACCL_THROW(acclInvalidUsage, "the communicator was destroyed");
-      ACCL_THROW(acclInvalidArgument, "comm does not point to an accl communicator");
+    try {
+      check(allowNotReady);
+    } catch (...) {
+      h_->inflight.fetch_sub(1);  // a throwing constructor gets no destructor
+      throw;
     }
+  }
+  ~Entered() {
+    if (h_) h_->inflight.fetch_sub(1);
+  }
+  Comm& comm() { return *h_->impl; }
+
+ private:
+  void check(bool allowNotReady) {
+    uint32_t m = h_->magic.load();
+    if (m == acclComm::kDead) ACCL_THROW(acclInvalidUsage, "the communicator was destroyed");
+    if (m != acclComm::kLive)
+      ACCL_THROW(acclInvalidArgument, "comm does not point to an accl communicator");
     if (allowNotReady) return;
     Comm& c = *h_->impl;
     int st = c.asyncError.load();
@@ -77,12 +88,7 @@ class Entered {
     }
     if (c.finalized) ACCL_THROW(acclInvalidUsage, "the communicator was finalized");
   }
-  ~Entered() {
-    if (h_) h_->inflight.fetch_sub(1);
-  }
-  Comm& comm() { return *h_->impl; }
 
- private:
   acclComm_t h_;
 };
 
