@@ -335,7 +335,7 @@ acclResult_t acclGetVersion(int* version) {
 acclResult_t acclGetUniqueId(acclUniqueId* uniqueId) {
   return api("acclGetUniqueId", [&] {
     ACCL_ARG_CHECK(uniqueId, "uniqueId is NULL");
-    createUniqueId(uniqueId);
+    createUniqueId(uniqueId, true);
     return acclSuccess;
   });
 }
@@ -380,7 +380,7 @@ acclResult_t acclCommSplit(acclComm_t comm, int color, int key, acclComm_t* newc
     std::stable_sort(members.begin(), members.end(),
                      [&](int a, int b) { return all[a].key < all[b].key; });
     std::vector<acclUniqueId> ids(c.nranks);
-    if (!members.empty() && members[0] == c.rank) createUniqueId(&ids[c.rank]);
+    if (!members.empty() && members[0] == c.rank) createUniqueId(&ids[c.rank], false);
     c.bootstrap->allGather(ids.data(), sizeof(acclUniqueId), c.args.timeout);
     if (members.empty()) return acclSuccess;
     int newRank = std::find(members.begin(), members.end(), c.rank) - members.begin();

@@ -292,12 +292,12 @@ IdBody decodeId(const acclUniqueId& uid) {
 
 }  // namespace
 
-void createUniqueId(acclUniqueId* uid) {
+void createUniqueId(acclUniqueId* uid, bool fromEnv) {
   IdBody id{};
   id.magic = kIdMagic;
   id.version = kWireVersion;
   randomBytes(&id.commHash, sizeof(id.commHash));
-  std::string commId = paramString(Param::CommId);
+  std::string commId = fromEnv ? paramString(Param::CommId) : "";
   if (!commId.empty()) {
     // Every rank computes the same id from the environment, so the secret cannot be random.
     id.flags = kIdRootAtRank0;

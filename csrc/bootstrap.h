@@ -17,8 +17,9 @@
 namespace accl {
 
 // Fills `id`: a fresh secret and communicator hash, and the rendezvous address. Starts the
-// root service thread unless ACCL_COMM_ID is set.
-void createUniqueId(acclUniqueId* id);
+// root service thread in this process, unless `fromEnv` and ACCL_COMM_ID is set (then rank 0
+// hosts it there). Split passes fromEnv = false: its ids are handed out by the parent.
+void createUniqueId(acclUniqueId* id, bool fromEnv);
 
 class Bootstrap {
  public:
