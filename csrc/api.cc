@@ -185,7 +185,8 @@ acclResult_t bootstrapAllGather(void* handle, void* data, size_t bytes);
 acclResult_t bootstrapBarrier(void* handle);
 
 void initComm(Comm& c, const acclUniqueId& id, double timeout) {
-  c.backend = findBackend(c.backendName);
+  c.backend = findBackend(c.backendName).table;
+  c.backendName = c.backend->name;
   c.bootstrap = std::make_unique<Bootstrap>(id, c.rank, c.nranks, timeout, &c.abortFlag);
   c.args = {sizeof(acclBackendCommArgs_v1),
             ACCL_BACKEND_ABI_VERSION,
@@ -252,6 +253,7 @@ Settings readConfig(const acclConfig_t* config, const Comm* parent) {
   }
   if (s.timeout <= 0) s.timeout = paramDouble(Param::Timeout);
   ACCL_ARG_CHECK(s.timeout > 0, "the timeout must be positive, got %g s", s.timeout);
+  if (s.backend.empty()) s.backend = paramString(Param::BackendPlugin);
   if (s.backend.empty()) s.backend = paramString(Param::Backend);
   return s;
 }
@@ -441,6 +443,18 @@ acclResult_t acclCommGetBackend(const acclComm_t comm, const char** name) {
     ACCL_ARG_CHECK(name, "name is NULL");
     Entered e(comm, true);
     *name = e.comm().backend ? e.comm().backend->name : e.comm().backendName.c_str();
+    return acclSuccess;
+  });
+}
+
+acclResult_t acclGetBackendInfo(const char* name, int* version, const char** versionString,
+                                const char** libraryPath) {
+  return api("acclGetBackendInfo", [&] {
+    ACCL_ARG_CHECK(name, "name is NULL");
+    const BackendInfo& b = findBackend(name);
+    if (version) *version = b.version;
+    if (versionString) *versionString = b.versionString;
+    if (libraryPath) *libraryPath = b.path.c_str();
     return acclSuccess;
   });
 }

@@ -29,9 +29,16 @@ struct Comm {
   bool finalized = false;
 };
 
-// The backend called `name`, initialised once per process; throws acclInvalidArgument listing
-// the available ones when there is none.
-const acclBackend_v1* findBackend(const std::string& name);
+struct BackendInfo {
+  const acclBackend_v1* table = nullptr;
+  std::string path;  // the plugin library, or "(built into libaccl)"
+  int version = 0;
+  const char* versionString = nullptr;
+};
+
+// The backend named `spec` (a name, or a plugin's path), loaded and initialised once per
+// process. Throws with every place it looked when there is none.
+const BackendInfo& findBackend(const std::string& spec);
 
 // The calling thread's message from a backend's host->setError (consumed by api.cc).
 std::string takeBackendMessage();

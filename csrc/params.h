@@ -8,7 +8,11 @@
   X(Debug, "ACCL_DEBUG", "WARN", "Log level on stderr: NONE, WARN, INFO or TRACE.")             \
   X(DebugSubsys, "ACCL_DEBUG_SUBSYS", "ALL",                                                   \
     "Comma-separated subsystems to log (INIT, BOOTSTRAP, SHM, COLL, P2P), or ALL.")            \
-  X(Backend, "ACCL_BACKEND", "cpu", "Backend for communicators whose config names none.")      \
+  X(Backend, "ACCL_BACKEND", "cpu",                                                            \
+    "Backend for communicators whose config names none: a name (cpu, nccl, ...; plugins are "  \
+    "found as libaccl-backend-<name>.so next to libaccl.so, then on the library path).")       \
+  X(BackendPlugin, "ACCL_BACKEND_PLUGIN", "",                                                  \
+    "Path of a backend plugin library; when set, it is the default backend.")                  \
   X(Timeout, "ACCL_TIMEOUT", "600",                                                            \
     "Seconds any call may block before it fails with acclTimeout.")                            \
   X(CommId, "ACCL_COMM_ID", "",                                                                \

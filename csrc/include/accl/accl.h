@@ -158,6 +158,13 @@ ACCL_API acclResult_t acclCommUserRank(const acclComm_t comm, int* rank);
 /* Stores the backend's name ("cpu", "nccl", ...) in a static string. */
 ACCL_API acclResult_t acclCommGetBackend(const acclComm_t comm, const char** name);
 
+/* Loads backend `name` (a name such as "cpu" or "nccl", or a plugin library's path) if it is not
+ * loaded yet, and reports its library version and where it was loaded from. Any output pointer
+ * may be NULL; the strings live as long as the process. Fails, with the places it looked in
+ * acclGetLastError, when the backend is not available. */
+ACCL_API acclResult_t acclGetBackendInfo(const char* name, int* version,
+                                         const char** versionString, const char** libraryPath);
+
 /* A static, human-readable name for a result code. */
 ACCL_API const char* acclGetErrorString(acclResult_t result);
 
