@@ -142,10 +142,11 @@ class Comm {
       if (name == "gather") return acclGather(ptr(s), ptr(r), n, dt, root, comm_, nullptr);
       if (name == "scatter") return acclScatter(ptr(s), ptr(r), n, dt, root, comm_, nullptr);
       if (name == "sendrecv") {
-        acclGroupStart();
-        acclSend(ptr(s), n, dt, (me + 1) % nr, comm_, nullptr);
-        acclRecv(ptr(r), n, dt, (me + nr - 1) % nr, comm_, nullptr);
-        return acclGroupEnd();
+        check(acclGroupStart());
+        acclResult_t rs = acclSend(ptr(s), n, dt, (me + 1) % nr, comm_, nullptr);
+        acclResult_t rr = rs ? rs : acclRecv(ptr(r), n, dt, (me + nr - 1) % nr, comm_, nullptr);
+        acclResult_t re = acclGroupEnd();  // always closes the group, even after an error
+        return rr ? rr : re;
       }
       throw CallError{acclInvalidArgument, "time_op: unknown collective '" + name + "'"};
     };

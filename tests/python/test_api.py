@@ -1,0 +1,59 @@
+"""The package's surface, in this process, with one-rank communicators."""
+
+import numpy as np
+import pytest
+
+import accl
+from accl import comm as comm_module
+
+
+def test_constants_and_version():
+    assert accl.__version__ == "0.1.0"
+    assert (accl.SUM, accl.PROD, accl.MAX, accl.MIN, accl.AVG) == (0, 1, 2, 3, 4)
+    codes = [accl.INT8, accl.UINT8, accl.INT32, accl.UINT32, accl.INT64, accl.UINT64,
+             accl.FLOAT16, accl.FLOAT32, accl.FLOAT64, accl.BFLOAT16, accl.FLOAT8_E4M3,
+             accl.FLOAT8_E5M2]
+    assert codes == list(range(12))
+    assert all(hasattr(accl, name) for name in accl.__all__)
+    assert "TimeoutError" not in accl.__all__ and "SystemError" not in accl.__all__
+
+
+def test_one_rank_communicator():
+    uid = accl.get_unique_id()
+    assert isinstance(uid, bytes) and len(uid) == 128
+    with accl.Communicator(uid.hex(), 0, 1, timeout=30) as c:  # the hex string works too
+        assert (c.rank, c.size, c.backend) == (0, 1, "cpu")
+        assert repr(c) == "<accl.Communicator rank 0 of 1, cpu>"
+        x = np.arange(6, dtype=np.float64)
+        assert c.all_reduce(x, op=accl.AVG) is x and list(x) == list(range(6))
+        assert c.async_error() == 0
+    assert repr(c).endswith("destroyed>")
+
+
+def test_group_ends_when_its_body_raises():
+    with accl.Communicator(accl.get_unique_id(), 0, 1) as c:
+        with pytest.raises(KeyError):
+            with accl.group():
+                c.all_reduce(np.ones(3))
+                raise KeyError("body")
+        assert comm_module._group.depth == 0 and not comm_module._group.keep
+        with accl.group():
+            c.all_reduce(np.ones(4))  # a temporary, kept alive until the group ends
+            assert comm_module._group.depth == 1 and len(comm_module._group.keep) == 1
+        assert not comm_module._group.keep
+        y = np.ones(2)
+        c.all_reduce(y)
+        assert list(y) == [1.0, 1.0]
+
+
+def test_group_end_without_start():
+    with pytest.raises(accl.InvalidUsageError):
+        accl.group_end()
+    assert comm_module._group.depth == 0
+
+
+@pytest.mark.parametrize("uid,text", [(b"short", "got 5"), ("zz", "not a hex string"),
+                                      (128, "expected bytes or a hex string, got int")])
+def test_bad_unique_id(uid, text):
+    with pytest.raises(accl.InvalidArgumentError, match=text):
+        accl.Communicator(uid, 0, 1)

@@ -1,0 +1,259 @@
+"""Every collective, in place and out of place, against a numpy reference.
+
+One spawn per rank count runs the whole matrix (numpy dtypes x counts x ops x roots) so that the
+suite stays fast on a small machine.
+"""
+
+import numpy as np
+import pytest
+
+import accl
+from accl_testing import check, check_array, expect_raises, run_ranks
+
+DTYPES = [np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.float16, np.float32,
+          np.float64]
+OPS = [accl.SUM, accl.PROD, accl.MAX, accl.MIN, accl.AVG]
+COUNTS = [0, 1, 1031]
+MOVE = None  # "op" of the data-movement collectives
+RANKS = [1, 2, 3, 4, 5, 8]
+
+
+def inputs(dtype, op, n, count, seed):
+    """int64 values, one row per rank, whose reductions are exact in `dtype` (no overflow in
+    int8, sums of float16 exact)."""
+    i = np.arange(count)[None, :]
+    r = np.arange(n)[:, None]
+    signed = np.dtype(dtype).kind in "if"
+    if op == accl.SUM:
+        v = (i * 3 + r * 5 + seed) % 5 - (2 if signed else 0)
+    elif op == accl.PROD:  # at most ceil(n/4) factors of 2 per element
+        v = np.where((i + r + seed) % 4 == 0, 2, 1)
+        if signed:
+            v = np.where((i * 7 + r * 3 + seed) % 5 == 0, -v, v)
+    elif op in (accl.MAX, accl.MIN):
+        v = (i * 7 + r * 13 + seed) % 23 - (11 if signed else 0)
+    elif op == accl.AVG:  # non-negative: integer AVG rounds toward zero, the same as floor
+        v = (i * 3 + r * 5 + seed) % 7
+    else:
+        v = (i * 7 + r * 31 + seed) % 97
+    if np.dtype(dtype) == np.bool_:
+        v = v % 2
+    return v.astype(np.int64)
+
+
+def reference(v, op, dtype):
+    """The reduction over ranks (axis 0) of inputs(), in `dtype`, and its tolerance."""
+    n = v.shape[0]
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        red = v.max(0) if op in (accl.SUM, accl.MAX) else v.min(0)
+        return red.astype(dt), 0.0
+    if op == accl.SUM:
+        red = v.sum(0)
+    elif op == accl.PROD:
+        red = v.prod(0)
+    elif op == accl.MAX:
+        red = v.max(0)
+    elif op == accl.MIN:
+        red = v.min(0)
+    elif dt.kind == "f":
+        # AVG of floats may be computed as sum / n or sum * (1 / n): allow for the rounding.
+        return v.sum(0) / n, 2 * float(np.finfo(dt).eps)
+    else:
+        red = v.sum(0) // n
+    return red.astype(dt), 0.0
+
+
+def _reducing(comm, dt, count, op, seed, cases):
+    n, r = comm.size, comm.rank
+    name = f"{np.dtype(dt).name} {accl._types.OP_NAMES[op]} count {count}"
+    v = inputs(dt, op, n, count, seed)
+    want, rtol = reference(v, op, dt)
+    fill = np.full(count, 99).astype(dt)
+
+    x = v[r].astype(dt)
+    res = comm.all_reduce(x, op=op)
+    check(res is x, "all_reduce in place returns x")
+    check_array(x, want, f"all_reduce in place {name}", rtol)
+
+    x = v[r].astype(dt)
+    out = fill.copy()
+    res = comm.all_reduce(x, op=op, out=out)
+    check(res is out, "all_reduce returns out")
+    check_array(out, want, f"all_reduce {name}", rtol)
+    check_array(x, v[r].astype(dt), f"all_reduce {name} leaves x alone")
+
+    root = seed % n
+    x = v[r].astype(dt)
+    res = comm.reduce(x, root=root, op=op)
+    if r == root:
+        check(res is x, "reduce in place returns x at root")
+        check_array(x, want, f"reduce in place {name} root {root}", rtol)
+    else:
+        check(res is None, "reduce returns None off the root")
+        check_array(x, v[r].astype(dt), f"reduce in place {name} leaves non-root x alone")
+
+    root = (seed + 1) % n
+    x = v[r].astype(dt)
+    out = fill.copy()
+    res = comm.reduce(x, root=root, op=op, out=out)
+    if r == root:
+        check(res is out, "reduce returns out at root")
+        check_array(out, want, f"reduce {name} root {root}", rtol)
+    else:
+        check(res is None and (out == fill).all(), "reduce leaves out alone off the root")
+
+    vs = inputs(dt, op, n, n * count, seed)
+    want_all, rtol = reference(vs, op, dt)
+    want = want_all[r * count:(r + 1) * count]
+    x = vs[r].astype(dt)
+    res = comm.reduce_scatter(x, op=op)
+    check(res.size == count, "reduce_scatter in place returns one block")
+    if count:
+        check(res.__array_interface__["data"][0] == x[r * count:].__array_interface__["data"][0],
+              "reduce_scatter in place returns a view of block `rank` of x")
+    check_array(res, want, f"reduce_scatter in place {name}", rtol)
+
+    x = vs[r].astype(dt)
+    out = fill.copy()
+    res = comm.reduce_scatter(x, op=op, out=out)
+    check(res is out, "reduce_scatter returns out")
+    check_array(out, want, f"reduce_scatter {name}", rtol)
+    cases[0] += 6
+
+
+def _moving(comm, dt, count, seed, cases):
+    n, r = comm.size, comm.rank
+    name = f"{np.dtype(dt).name} count {count}"
+    v = inputs(dt, MOVE, n, n * count, seed).astype(dt)  # row r: rank r's n blocks of count
+    blocks = v.reshape(n, n, count)  # [rank, block]
+    sentinel = np.ones(1, dt)[0] if np.dtype(dt) == np.bool_ else 99
+
+    root = seed % n
+    x = v[r, :count].copy()
+    check(comm.broadcast(x, root=root) is x, "broadcast in place returns x")
+    check_array(x, v[root, :count], f"broadcast in place {name} root {root}")
+    out = np.full(count, sentinel, dt)
+    src = v[r, :count].copy()
+    # Off the root x is not read: pass None on some ranks, a buffer on others.
+    res = comm.broadcast(src if r == root or r % 2 else None, root=root, out=out)
+    check(res is out, "broadcast returns out")
+    check_array(out, v[root, :count], f"broadcast {name} root {root}")
+    check_array(src, v[r, :count], f"broadcast {name} leaves x alone")
+
+    buf = np.full(n * count, sentinel, dt)
+    buf[r * count:(r + 1) * count] = blocks[r, 0]
+    check(comm.all_gather(buf) is buf, "all_gather in place returns x")
+    check_array(buf, blocks[:, 0], f"all_gather in place {name}")
+    x = blocks[r, 0].copy()
+    out = np.full(n * count, sentinel, dt)
+    check(comm.all_gather(x, out=out) is out, "all_gather returns out")
+    check_array(out, blocks[:, 0], f"all_gather {name}")
+
+    x = v[r].copy()
+    check(comm.all_to_all(x) is x, "all_to_all in place returns x")
+    check_array(x, blocks[:, r], f"all_to_all in place {name}")
+    x = v[r].copy()
+    out = np.full(n * count, sentinel, dt)
+    check(comm.all_to_all(x, out=out) is out, "all_to_all returns out")
+    check_array(out, blocks[:, r], f"all_to_all {name}")
+    check_array(x, v[r], f"all_to_all {name} leaves x alone")
+
+    root = (seed + 1) % n
+    if r == root:
+        buf = np.full(n * count, sentinel, dt)
+        buf[root * count:(root + 1) * count] = blocks[root, 0]
+        check(comm.gather(buf, root=root) is buf, "gather in place returns x at root")
+        check_array(buf, blocks[:, 0], f"gather in place {name} root {root}")
+    else:
+        check(comm.gather(blocks[r, 0].copy(), root=root) is None, "gather: None off the root")
+    out = np.full(n * count, sentinel, dt)
+    res = comm.gather(blocks[r, 0].copy(), root=root, out=out)
+    if r == root:
+        check(res is out, "gather returns out at root")
+        check_array(out, blocks[:, 0], f"gather {name} root {root}")
+    else:
+        check(res is None and (out == sentinel).all(), "gather leaves out alone off the root")
+
+    root = (seed + 2) % n
+    if r == root:
+        x = v[root].copy()
+        res = comm.scatter(x, root=root)
+        check(res.size == count and (count == 0 or np.shares_memory(res, x[root * count:])),
+              "scatter in place returns a view of block `root` of x")
+    else:
+        x = np.full(count, sentinel, dt)
+        res = comm.scatter(x, root=root)
+        check(res is x, "scatter off the root returns x")
+    check_array(res, blocks[root, r], f"scatter in place {name} root {root}")
+    out = np.full(count, sentinel, dt)
+    res = comm.scatter(v[root].copy() if r == root else None, root=root, out=out)
+    check(res is out, "scatter returns out")
+    check_array(out, blocks[root, r], f"scatter {name} root {root}")
+    cases[0] += 10
+
+
+def collectives_worker(comm, dtypes=DTYPES, counts=COUNTS):
+    cases = [0]
+    seed = 0
+    for dt in dtypes:
+        for count in counts:
+            for op in OPS:
+                seed += 1
+                _reducing(comm, dt, count, op, seed, cases)
+            seed += 1
+            _moving(comm, dt, count, seed, cases)
+    # bool travels as uint8; SUM is "or" and PROD "and", as in torch.distributed.
+    for count in counts:
+        for op in (accl.SUM, accl.PROD, accl.MAX, accl.MIN):
+            seed += 1
+            _reducing(comm, np.bool_, count, op, seed, cases)
+        seed += 1
+        _moving(comm, np.bool_, count, seed, cases)
+    expect_raises(accl.InvalidArgumentError, "bool", comm.all_reduce, np.ones(3, bool),
+                  op=accl.AVG)
+    return cases[0]
+
+
+@pytest.mark.parametrize("nranks", RANKS)
+def test_collectives(nranks):
+    cases = run_ranks(nranks, collectives_worker)
+    assert cases[0] > 1000 and len(set(cases)) == 1
+
+
+# Small staging buffers and no direct all-reduce: every message takes many chunks and the
+# reduce-scatter + all-gather all-reduce path.
+SMALL_SLOTS = {"ACCL_SHM_SLOT_BYTES": "4096", "ACCL_SHM_P2P_BYTES": "4096",
+               "ACCL_ALLREDUCE_DIRECT_MAX": "0"}
+
+
+@pytest.mark.parametrize("nranks", [2, 3, 4])
+def test_collectives_small_slots(nranks):
+    dtypes = [np.int8, np.float16, np.int32, np.float64]
+    run_ranks(nranks, collectives_worker, dtypes, [1031, 5003], env=SMALL_SLOTS)
+
+
+@pytest.mark.parametrize("nranks", [3])
+def test_collectives_beyond_one_slot(nranks):
+    """Messages larger than the default 1 MiB staging slot, with odd counts."""
+    run_ranks(nranks, collectives_worker, [np.float32, np.int8], [300001])
+
+
+def large_worker(comm):
+    n, r = comm.size, comm.rank
+    count = (64 << 20) // 4  # 64 MiB of float32
+    i = np.arange(count, dtype=np.int64)
+    want = sum(((i + j) % 7).astype(np.float32) for j in range(n))
+    x = ((i + r) % 7).astype(np.float32)
+    comm.all_reduce(x)
+    check_array(x, want, "64 MiB all_reduce in place")
+    x = ((i + r) % 7).astype(np.float32)
+    out = np.empty_like(x)
+    comm.all_reduce(x, out=out, op=accl.MAX)
+    check_array(out, np.minimum(i % 7 + n - 1, 6), "64 MiB all_reduce MAX")
+    return True
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_all_reduce_64mib(nranks):
+    run_ranks(nranks, large_worker)
