@@ -9,6 +9,7 @@
 
 #include "accl/accl.h"
 #include "comm.h"
+#include "compose.h"
 #include "errors.h"
 #include "logging.h"
 #include "params.h"
@@ -512,7 +513,13 @@ acclResult_t acclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
         checkBuffer({"recvbuff", recvbuff, bytes}, count);
       },
       [=](Comm& c) {
-        return c.backend->broadcast(sendbuff, recvbuff, count, datatype, root, c.bcomm, stream);
+        return withComposition(
+            "broadcast",
+            [&] {
+              return c.backend->broadcast(sendbuff, recvbuff, count, datatype, root, c.bcomm,
+                                          stream);
+            },
+            [&] { return composeBroadcast(c, sendbuff, recvbuff, count, datatype, root, stream); });
       });
 }
 
@@ -586,7 +593,10 @@ acclResult_t acclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
         checkOverlap({"sendbuff", sendbuff, bytes}, {"recvbuff", recvbuff, bytes}, 0, false);
       },
       [=](Comm& c) {
-        return c.backend->alltoAll(sendbuff, recvbuff, count, datatype, c.bcomm, stream);
+        return withComposition(
+            "alltoall",
+            [&] { return c.backend->alltoAll(sendbuff, recvbuff, count, datatype, c.bcomm, stream); },
+            [&] { return composeAlltoAll(c, sendbuff, recvbuff, count, datatype, stream); });
       });
 }
 
@@ -606,7 +616,13 @@ acclResult_t acclGather(const void* sendbuff, void* recvbuff, size_t sendcount,
         }
       },
       [=](Comm& c) {
-        return c.backend->gather(sendbuff, recvbuff, sendcount, datatype, root, c.bcomm, stream);
+        return withComposition(
+            "gather",
+            [&] {
+              return c.backend->gather(sendbuff, recvbuff, sendcount, datatype, root, c.bcomm,
+                                       stream);
+            },
+            [&] { return composeGather(c, sendbuff, recvbuff, sendcount, datatype, root, stream); });
       });
 }
 
@@ -626,15 +642,24 @@ acclResult_t acclScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
         }
       },
       [=](Comm& c) {
-        return c.backend->scatter(sendbuff, recvbuff, recvcount, datatype, root, c.bcomm,
-                                  stream);
+        return withComposition(
+            "scatter",
+            [&] {
+              return c.backend->scatter(sendbuff, recvbuff, recvcount, datatype, root, c.bcomm,
+                                        stream);
+            },
+            [&] { return composeScatter(c, sendbuff, recvbuff, recvcount, datatype, root, stream); });
       });
 }
 
 acclResult_t acclBarrier(acclComm_t comm, void* stream) {
   return commOp(
       "acclBarrier", comm, [](Comm&) {},
-      [=](Comm& c) { return c.backend->barrier(c.bcomm, stream); });
+      [=](Comm& c) {
+        return withComposition(
+            "barrier", [&] { return c.backend->barrier(c.bcomm, stream); },
+            [&] { return composeBarrier(c, stream); });
+      });
 }
 
 acclResult_t acclSend(const void* sendbuff, size_t count, acclDataType_t datatype, int peer,

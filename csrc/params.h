@@ -29,6 +29,9 @@
     "Bytes of each of the two shared-memory buffers per ordered pair of ranks for send/recv.") \
   X(SpinUs, "ACCL_SPIN_US", "50",                                                              \
     "Microseconds a wait spins before it yields the CPU, then sleeps.")                        \
+  X(Compose, "ACCL_COMPOSE", "",                                                               \
+    "Collectives the core builds from send/recv even where the backend has them (comma list "  \
+    "of broadcast, gather, scatter, alltoall, barrier, or all): for testing composition.")      \
   X(AllReduceDirectMax, "ACCL_ALLREDUCE_DIRECT_MAX", "16384",                                  \
     "Largest all-reduce (bytes) for the direct algorithm; larger ones reduce-scatter then "    \
     "all-gather through shared memory.")
