@@ -42,6 +42,24 @@ std::string hostIdentity() {
   return std::string(host) + ":" + boot;
 }
 
+// Start time of process `pid` in clock ticks since boot, or 0 if there is no such process or it
+// has exited (a zombie not yet reaped by its parent counts as gone).
+uint64_t processStartTime(int64_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(f, stat)) return 0;
+  size_t paren = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos) return 0;
+  const char* p = stat.c_str() + paren + 2;  // field 3 onwards: the state
+  if (*p == 'Z' || *p == 'X' || *p == 'x') return 0;
+  for (int field = 3; field < 22 && *p; ++field) {
+    p = strchr(p, ' ');
+    if (!p) return 0;
+    ++p;
+  }
+  return strtoull(p, nullptr, 10);
+}
+
 // What rank 0 tells the others about the segment it made.
 struct SegmentInfo {
   char name[64];
@@ -180,11 +198,22 @@ CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
   channels_ = reinterpret_cast<ChannelCtrl*>(ctrl_ + nranks_);
   data_ = b + dataOff;
   p2p_ = b + p2pOff;
+  // Peers learn this rank's process once the last exchange below is done.
+  ctrl_[rank_].pid = getpid();
+  ctrl_[rank_].startTime = processStartTime(getpid());
   if (rank_ == 0) {
     header_->magic = kShmMagic;
     header_->commHash = args_->commHash;
     header_->nranks = nranks_;
   }
+  std::vector<char> ready(nranks_);
+  gather(*args_, ready.data(), 1);
+  canSeePeers_ = true;
+  for (int r = 0; r < nranks_; ++r)
+    canSeePeers_ &= ctrl_[r].startTime && processStartTime(ctrl_[r].pid) == ctrl_[r].startTime;
+  if (!canSeePeers_)
+    ACCL_INFO("SHM", "rank %d: peers run in another pid namespace; a dead peer is found by the "
+              "timeout only", rank_);
   ACCL_INFO("SHM", "rank %d: segment %s, %zu MiB", rank_, info[0].name, total >> 20);
 }
 
@@ -197,6 +226,22 @@ void CpuComm::checkAbort() const {
     ACCL_THROW(acclRemoteError, "the communicator was aborted");
   int by = header_->abortedBy.load(std::memory_order_acquire);
   if (by) ACCL_THROW(acclRemoteError, "rank %d aborted the communicator", by - 1);
+  if (canSeePeers_) checkPeersAlive();
+}
+
+void CpuComm::checkPeersAlive() const {
+  auto now = std::chrono::steady_clock::now();
+  if (now < nextLivenessCheck_) return;
+  nextLivenessCheck_ = now + std::chrono::milliseconds(200);
+  std::string gone;
+  for (int r = 0; r < nranks_; ++r)
+    if (r != rank_ && processStartTime(ctrl_[r].pid) != ctrl_[r].startTime)
+      gone += format("%s%d (pid %lld)", gone.empty() ? "" : ", ", r, (long long)ctrl_[r].pid);
+  if (gone.empty()) return;
+  char host[64] = "";
+  gethostname(host, sizeof(host) - 1);
+  ACCL_THROW(acclRemoteError, "the process of rank %s on host %s is gone (killed, crashed or "
+             "exited)", gone.c_str(), host);
 }
 
 Backoff CpuComm::backoff() const {

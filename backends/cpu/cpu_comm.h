@@ -23,6 +23,9 @@ constexpr int kP2pBufs = 2;
 
 struct alignas(64) RankCtrl {
   std::atomic<uint64_t> epoch;
+  // Who this rank is, so peers can tell when its process is gone (kill -9, crash).
+  int64_t pid;
+  uint64_t startTime;  // /proc/<pid>/stat field 22: tells a reused pid from the original
 };
 
 struct alignas(64) ChannelCtrl {
@@ -95,15 +98,21 @@ class CpuComm {
   }
   size_t p2pBytes() const { return p2pBytes_; }
 
-  // Throws if this communicator or a peer's was aborted.
+  // Throws if this communicator or a peer's was aborted, or (checked at most every 200 ms) a
+  // peer's process is gone.
   void checkAbort() const;
   Backoff backoff() const;
   // Marks the segment so peers stop waiting for this rank.
   void announceAbort();
 
  private:
+  void checkPeersAlive() const;
+
   const acclBackendCommArgs_v1* args_;
   int rank_, nranks_;
+  // Peers' processes are visible in this pid namespace (false in separate containers).
+  bool canSeePeers_ = false;
+  mutable std::chrono::steady_clock::time_point nextLivenessCheck_{};
   size_t slotBytes_, p2pBytes_;
   uint64_t epoch_ = 0, step_ = 0;
   void* base_ = nullptr;
