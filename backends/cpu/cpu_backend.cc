@@ -107,7 +107,10 @@ void runP2p(std::vector<P2pOp>& ops) {
   double timeout = 0;
   for (auto& op : ops) timeout = std::max(timeout, op.comm->args().timeout);
   auto checkAbort = [&] {
-    for (auto& op : ops) op.comm->checkAbort();
+    for (auto& op : ops) {
+      if (op.done == op.chunks) continue;
+      op.comm->checkAbort([&](int r) { return r == op.peer; });
+    }
   };
   Backoff wait(timeout, checkAbort);
   for (;;) {

@@ -221,31 +221,27 @@ CpuComm::~CpuComm() {
   if (base_) munmap(base_, size_);
 }
 
-void CpuComm::checkAbort() const {
+void CpuComm::checkAbort(const std::function<bool(int)>& awaited) const {
   if (__atomic_load_n(args_->abortFlag, __ATOMIC_ACQUIRE))
     ACCL_THROW(acclRemoteError, "the communicator was aborted");
   int by = header_->abortedBy.load(std::memory_order_acquire);
   if (by) ACCL_THROW(acclRemoteError, "rank %d aborted the communicator", by - 1);
-  if (canSeePeers_) checkPeersAlive();
+  if (canSeePeers_) checkPeersAlive(awaited);
 }
 
-void CpuComm::checkPeersAlive() const {
+void CpuComm::checkPeersAlive(const std::function<bool(int)>& awaited) const {
   auto now = std::chrono::steady_clock::now();
   if (now < nextLivenessCheck_) return;
   nextLivenessCheck_ = now + std::chrono::milliseconds(200);
   std::string gone;
   for (int r = 0; r < nranks_; ++r)
-    if (r != rank_ && processStartTime(ctrl_[r].pid) != ctrl_[r].startTime)
+    if (r != rank_ && awaited(r) && processStartTime(ctrl_[r].pid) != ctrl_[r].startTime)
       gone += format("%s%d (pid %lld)", gone.empty() ? "" : ", ", r, (long long)ctrl_[r].pid);
   if (gone.empty()) return;
   char host[64] = "";
   gethostname(host, sizeof(host) - 1);
   ACCL_THROW(acclRemoteError, "the process of rank %s on host %s is gone (killed, crashed or "
              "exited)", gone.c_str(), host);
-}
-
-Backoff CpuComm::backoff() const {
-  return Backoff(args_->timeout, [this] { checkAbort(); });
 }
 
 void CpuComm::announceAbort() {
@@ -256,15 +252,17 @@ void CpuComm::announceAbort() {
 void CpuComm::arrive() { ctrl_[rank_].epoch.store(++epoch_, std::memory_order_release); }
 
 void CpuComm::waitAll() {
-  Backoff wait = backoff();
+  auto missing = [this](int r) {
+    return ctrl_[r].epoch.load(std::memory_order_acquire) < epoch_;
+  };
+  Backoff wait(args_->timeout, [&] { checkAbort(missing); });
   for (int r = 0; r < nranks_; ++r) {
     while (ctrl_[r].epoch.load(std::memory_order_acquire) < epoch_) {
       wait.pause([&] {
-        std::string missing;
+        std::string list;
         for (int q = 0; q < nranks_; ++q)
-          if (ctrl_[q].epoch.load(std::memory_order_acquire) < epoch_)
-            missing += (missing.empty() ? "" : ",") + std::to_string(q);
-        return "ranks " + missing + " to arrive";
+          if (missing(q)) list += (list.empty() ? "" : ",") + std::to_string(q);
+        return "ranks " + list + " to arrive";
       });
     }
   }

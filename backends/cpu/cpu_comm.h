@@ -98,15 +98,15 @@ class CpuComm {
   }
   size_t p2pBytes() const { return p2pBytes_; }
 
-  // Throws if this communicator or a peer's was aborted, or (checked at most every 200 ms) a
-  // peer's process is gone.
-  void checkAbort() const;
-  Backoff backoff() const;
+  // Throws if this communicator or a peer's was aborted, or (checked at most every 200 ms) the
+  // process of an awaited rank is gone. Only awaited ranks count: a rank whose part is done
+  // (say, an eager send already in the buffer) may exit before this one finishes.
+  void checkAbort(const std::function<bool(int)>& awaited) const;
   // Marks the segment so peers stop waiting for this rank.
   void announceAbort();
 
  private:
-  void checkPeersAlive() const;
+  void checkPeersAlive(const std::function<bool(int)>& awaited) const;
 
   const acclBackendCommArgs_v1* args_;
   int rank_, nranks_;
