@@ -133,20 +133,17 @@ acclResult_t composeAlltoAll(Comm& c, const void* send, void* recv, size_t count
   });
 }
 
-// Dissemination barrier: round k exchanges a byte with the ranks 2^k away; log2(n) rounds.
+// Dissemination barrier: round k exchanges a byte with the ranks 2^k away; log2(n) rounds. The
+// byte lives in host memory, so this serves backends whose send/recv take host memory; the
+// stream is passed on for the backend to accept or reject.
 acclResult_t composeBarrier(Comm& c, void* stream) {
-  if (stream) {
-    setBackendMessage("barrier is not offered by this backend and cannot be composed on "
-                      "device memory");
-    return acclNotSupported;
-  }
   const acclBackend_v1* b = c.backend;
   char out = 0, in = 0;
   for (int d = 1; d < c.nranks; d *= 2) {
     acclResult_t r = inGroup(c, [&] {
-      acclResult_t e = b->send(&out, 1, acclUint8, (c.rank + d) % c.nranks, c.bcomm, nullptr);
+      acclResult_t e = b->send(&out, 1, acclUint8, (c.rank + d) % c.nranks, c.bcomm, stream);
       return e ? e : b->recv(&in, 1, acclUint8, (c.rank - d + c.nranks) % c.nranks, c.bcomm,
-                             nullptr);
+                             stream);
     });
     if (r != acclSuccess) return r;
   }

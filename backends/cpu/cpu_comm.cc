@@ -212,8 +212,8 @@ CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
   for (int r = 0; r < nranks_; ++r)
     canSeePeers_ &= ctrl_[r].startTime && processStartTime(ctrl_[r].pid) == ctrl_[r].startTime;
   if (!canSeePeers_)
-    ACCL_INFO("SHM", "rank %d: peers run in another pid namespace; a dead peer is found by the "
-              "timeout only", rank_);
+    ACCL_INFO("SHM", "rank %d: cannot see every peer's process (another pid namespace, or a "
+              "peer already exited): a dead peer is found by the timeout only", rank_);
   ACCL_INFO("SHM", "rank %d: segment %s, %zu MiB", rank_, info[0].name, total >> 20);
 }
 

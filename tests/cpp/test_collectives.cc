@@ -1,0 +1,298 @@
+// Every collective, in place and out of place, every dtype x op, small/odd/zero and multi-chunk
+// counts, roots other than 0, and the large-count cases.
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "coll_util.h"
+#include "dtypes.h"
+#include "harness.h"
+
+using namespace at;
+
+namespace {
+
+std::vector<int> rootsFor(int n) {
+  std::vector<int> roots = {0, n - 1, n / 2, 1 % n};
+  std::sort(roots.begin(), roots.end());
+  roots.erase(std::unique(roots.begin(), roots.end()), roots.end());
+  return roots;
+}
+
+uint64_t saltOf(int a, int b, int c, int d) {
+  return (static_cast<uint64_t>(a) << 24) ^ (static_cast<uint64_t>(b) << 16) ^
+         (static_cast<uint64_t>(c) << 8) ^ static_cast<uint64_t>(d);
+}
+
+// Buffers that touch but do not overlap are not in place and must be accepted (both orders).
+void adjacentBuffers(Ctx& c) {
+  const int n = c.nranks, r = c.rank;
+  const size_t cnt = 1031, blk = cnt * 4;
+  Buf big(blk * n * 2);
+  uint8_t* base = big.data();
+  for (int order = 0; order < 2; ++order) {
+    std::string tail = order ? " (recvbuff right before sendbuff)" : " (recvbuff right after sendbuff)";
+    uint8_t* send = base + (order ? blk : 0);
+    uint8_t* recv = base + (order ? 0 : blk);
+    std::string what = "acclAllReduce with adjacent buffers" + tail;
+    fillRed(send, acclInt32, acclSum, n, r, cnt);
+    ACCL_OK(acclAllReduce(send, recv, cnt, acclInt32, acclSum, c.comm, nullptr));
+    checkRed(recv, acclInt32, acclSum, n, cnt, 0, what);
+    checkRedInput(send, acclInt32, acclSum, n, r, cnt, 0, what);
+
+    what = "acclAllGather with adjacent buffers" + tail;
+    send = base + (order ? n * blk : 0);
+    recv = base + (order ? 0 : blk);
+    fillPat(send, blk, r, 700 + order);
+    ACCL_OK(acclAllGather(send, recv, cnt, acclInt32, c.comm, nullptr));
+    for (int k = 0; k < n; ++k) checkPat(recv + k * blk, blk, k, 700 + order, 0, 4, what);
+
+    what = "acclReduceScatter with adjacent buffers" + tail;
+    send = base + (order ? blk : 0);
+    recv = base + (order ? 0 : n * blk);
+    fillRed(send, acclInt32, acclMax, n, r, cnt * n);
+    ACCL_OK(acclReduceScatter(send, recv, cnt, acclInt32, acclMax, c.comm, nullptr));
+    checkRed(recv, acclInt32, acclMax, n, cnt, r * cnt, what);
+
+    what = "acclAlltoAll with adjacent buffers" + tail;
+    send = base + (order ? n * blk : 0);
+    recv = base + (order ? 0 : n * blk);
+    fillPat(send, n * blk, r, 710 + order);
+    ACCL_OK(acclAlltoAll(send, recv, cnt, acclInt32, c.comm, nullptr));
+    for (int k = 0; k < n; ++k) checkPat(recv + k * blk, blk, k, 710 + order, r * blk, 4, what);
+  }
+  big.guardsOk("adjacent buffers");
+}
+
+}  // namespace
+
+// Every collective with element sizes 1, 2, 4, 8, counts 0, 1 and 1031, in and out of place,
+// every root in {0, n/2, n-1, 1}, then acclBarrier and zero counts with NULL buffers.
+TEST_CASE(collectives) {
+  bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
+    const acclDataType_t types[] = {acclInt8, acclFloat16, acclInt32, acclFloat64};
+    const size_t counts[] = {0, 1, 1031};
+    int iter = 0;
+    for (acclDataType_t dt : types) {
+      for (size_t count : counts) {
+        for (bool inPlace : {false, true}) {
+          ++iter;
+          runAllReduce(c, dt, acclSum, count, inPlace);
+          runAllGather(c, dt, count, inPlace, saltOf(iter, 1, 0, 0));
+          runReduceScatter(c, dt, acclSum, count, inPlace);
+          runAlltoAll(c, dt, count, inPlace, saltOf(iter, 2, 0, 0));
+          for (int root : rootsFor(c.nranks)) {
+            runBroadcast(c, dt, count, root, inPlace, saltOf(iter, 3, root, 0));
+            runReduce(c, dt, acclSum, count, root, inPlace);
+            runGather(c, dt, count, root, inPlace, saltOf(iter, 4, root, 0));
+            runScatter(c, dt, count, root, inPlace, saltOf(iter, 5, root, 0));
+          }
+        }
+      }
+    }
+    runBarrier(c, 0);
+    adjacentBuffers(c);
+
+    // Buffers a rank does not use may be NULL: sendbuff of a non-root in Broadcast and
+    // Scatter, recvbuff of a non-root in Reduce and Gather.
+    {
+      const int n = c.nranks, root = n - 1;
+      const size_t count = 1031;
+      const bool isRoot = c.rank == root;
+      std::string what = "acclBroadcast with sendbuff NULL on non-roots";
+      Buf a(count * 4 * n), b(count * 4 * n);
+      if (isRoot) fillPat(a.data(), count * 4, root, 900);
+      ACCL_OK(acclBroadcast(isRoot ? a.data() : nullptr, b.data(), count, acclFloat32, root, c.comm, nullptr));
+      checkPat(b.data(), count * 4, root, 900, 0, 4, what);
+      what = "acclReduce with recvbuff NULL on non-roots";
+      fillRed(a.data(), acclInt32, acclMax, n, c.rank, count);
+      ACCL_OK(acclReduce(a.data(), isRoot ? b.data() : nullptr, count, acclInt32, acclMax, root, c.comm, nullptr));
+      if (isRoot) checkRed(b.data(), acclInt32, acclMax, n, count, 0, what);
+      what = "acclGather with recvbuff NULL on non-roots";
+      fillPat(a.data(), count * 4, c.rank, 901);
+      ACCL_OK(acclGather(a.data(), isRoot ? b.data() : nullptr, count, acclUint32, root, c.comm, nullptr));
+      if (isRoot)
+        for (int k = 0; k < n; ++k) checkPat(b.at(k * count * 4), count * 4, k, 901, 0, 4, what);
+      what = "acclScatter with sendbuff NULL on non-roots";
+      if (isRoot) fillPat(a.data(), count * 4 * n, root, 902);
+      ACCL_OK(acclScatter(isRoot ? a.data() : nullptr, b.data(), count, acclUint32, root, c.comm, nullptr));
+      checkPat(b.data(), count * 4, root, 902, c.rank * count * 4, 4, what);
+      a.guardsOk(what);
+      b.guardsOk(what);
+    }
+
+    // Zero counts need no buffers.
+    CHECK_ACCL_OK(acclAllReduce(nullptr, nullptr, 0, acclFloat32, acclSum, c.comm, nullptr));
+    CHECK_ACCL_OK(acclBroadcast(nullptr, nullptr, 0, acclFloat32, c.nranks - 1, c.comm, nullptr));
+    CHECK_ACCL_OK(acclAllGather(nullptr, nullptr, 0, acclInt8, c.comm, nullptr));
+    sanityAllReduce(c, "zero-count collectives with NULL buffers");
+  });
+  return ok ? 0 : 1;
+}
+
+// Every dtype (fp8 included) x every op through AllReduce (in and out of place), Reduce and
+// ReduceScatter (in and out of place).
+TEST_CASE(dtypes_ops) {
+  bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
+    for (acclDataType_t dt : allTypes()) {
+      for (acclRedOp_t op : allOps()) {
+        runAllReduce(c, dt, op, 1031, false);
+        runAllReduce(c, dt, op, 3, true);
+        runReduce(c, dt, op, 517, c.nranks - 1, op % 2 == 1);
+        runReduceScatter(c, dt, op, 131, false);
+        runReduceScatter(c, dt, op, 67, true);
+      }
+    }
+  });
+  return ok ? 0 : 1;
+}
+
+// Messages above 1 MiB so that chunked / pipelined paths run, including odd byte counts.
+TEST_CASE(multichunk) {
+  bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
+    const int n = c.nranks;
+    const size_t big = 300007;           // float32: 1.2 MB
+    const size_t block = 270001;         // float32: 1.08 MB per rank block
+    runAllReduce(c, acclFloat32, acclSum, big, false);
+    runAllReduce(c, acclFloat32, acclSum, big, true);
+    runAllReduce(c, acclInt8, acclSum, (size_t(1) << 20) + 7, false);  // 1 MiB + 7 bytes
+    runAllReduce(c, acclBfloat16, acclMax, 600011, true);
+    runAllReduce(c, acclFloat64, acclProd, 150001, false);
+    runAllReduce(c, acclFloat16, acclAvg, 600011, false);
+    runBroadcast(c, acclFloat32, big, n - 1, false, 11);
+    runBroadcast(c, acclInt8, (size_t(1) << 20) + 3, n / 2, true, 12);
+    runReduce(c, acclInt32, acclSum, big, 1 % n, false);
+    runReduce(c, acclUint8, acclMin, (size_t(1) << 20) + 5, n - 1, true);
+    runAllGather(c, acclFloat32, block, false, 13);
+    runAllGather(c, acclInt8, (size_t(1) << 20) + 1, true, 14);
+    runReduceScatter(c, acclFloat32, acclSum, block, false);
+    runReduceScatter(c, acclInt64, acclMax, 140003, true);
+    size_t a2a = (size_t(1) << 20) / (4 * n) + 17;  // int32, > 1 MiB in all
+    runAlltoAll(c, acclInt32, a2a, false, 15);
+    runAlltoAll(c, acclInt32, a2a, true, 16);
+    runGather(c, acclFloat32, block, n - 1, false, 17);
+    runGather(c, acclFloat32, block, 1 % n, true, 18);
+    runScatter(c, acclFloat32, block, n / 2, false, 19);
+    runScatter(c, acclFloat32, block, n - 1, true, 20);
+    {
+      // Element-aligned buffers that are not 16-byte aligned, over several chunks.
+      const size_t count = 300007;
+      Buf s(std::max(count * 4, size_t(70001) * n * 8) + 64), d(count * 4 + 64);
+      auto* sp = s.data() + 4;
+      auto* dp = d.data() + 12;
+      std::string what = "acclAllReduce(float32, count 300007, sum) with sendbuff at +4 and recvbuff at +12 bytes";
+      fillRed(sp, acclFloat32, acclSum, n, c.rank, count);
+      ACCL_OK(acclAllReduce(sp, dp, count, acclFloat32, acclSum, c.comm, nullptr));
+      checkRed(dp, acclFloat32, acclSum, n, count, 0, what);
+      checkFill(d.data(), 12, kSentinel, what + " (bytes before recvbuff)");
+      checkFill(dp + count * 4, d.bytes() - 12 - count * 4, kSentinel, what + " (bytes after recvbuff)");
+      what = "acclReduceScatter(float64, count 70001, max) with buffers at +8 and +24 bytes";
+      fillRed(s.data() + 8, acclFloat64, acclMax, n, c.rank, 70001 * n);
+      ACCL_OK(acclReduceScatter(s.data() + 8, d.data() + 24, 70001, acclFloat64, acclMax, c.comm, nullptr));
+      checkRed(d.data() + 24, acclFloat64, acclMax, n, 70001, 70001 * c.rank, what);
+      s.guardsOk(what);
+      d.guardsOk(what);
+    }
+    sanityAllReduce(c, "the multi-chunk collectives");
+  });
+  return ok ? 0 : 1;
+}
+
+// The one 64 MiB case: a float32 all-reduce of 16 Mi elements.
+TEST_CASE(allreduce_64mib) {
+  bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
+    const size_t count = size_t(16) << 20;
+    std::vector<float> send(count), recv(count, -1.0f);
+    auto val = [](int r, size_t i) { return static_cast<float>(static_cast<int>((i * 7 + r * 3) % 1000) - 500); };
+    for (size_t i = 0; i < count; ++i) send[i] = val(c.rank, i);
+    double t0 = now();
+    ACCL_OK(acclAllReduce(send.data(), recv.data(), count, acclFloat32, acclSum, c.comm, nullptr));
+    double dt = now() - t0;
+    size_t bad = 0;
+    for (size_t i = 0; i < count; ++i) {
+      float ref = 0;
+      for (int r = 0; r < c.nranks; ++r) ref += val(r, i);
+      if (recv[i] != ref) {
+        if (bad < 3)
+          AT_FAIL("64 MiB all-reduce: element " + std::to_string(i) + " is " + show(recv[i]) +
+                  ", expected " + show(ref));
+        ++bad;
+      }
+    }
+    if (bad) AT_FAIL(std::to_string(bad) + " of " + std::to_string(count) + " elements wrong");
+    for (size_t i = 0; i < count; i += 4099)
+      if (send[i] != val(c.rank, i)) { AT_FAIL("sendbuff changed at " + std::to_string(i)); break; }
+    if (c.rank == 0)
+      note("64 MiB all-reduce took " + std::to_string(dt) + " s (" +
+           std::to_string(64.0 / dt) + " MiB/s algorithm bandwidth)");
+  });
+  return ok ? 0 : 1;
+}
+
+// Opt-in (ACCL_TEST_LARGE=1): an in-place int8 all-reduce of 2^31 + 17 elements, so counts and
+// offsets above 2^31 must be size_t end to end.
+TEST_CASE(large_2g) {
+  const char* env = std::getenv("ACCL_TEST_LARGE");
+  if (!env || std::string(env) != "1") {
+    std::printf("SKIP: set ACCL_TEST_LARGE=1 to run the in-place all-reduce of 2^31+17 int8 "
+                "elements (needs about %d GiB of memory)\n", (5 * args.nranks + 1) / 2);
+    return 77;
+  }
+  const size_t count = (size_t(1) << 31) + 17;
+  {
+    std::ifstream mi("/proc/meminfo");
+    std::string key;
+    long long kb = 0;
+    while (mi >> key >> kb) {
+      if (key == "MemAvailable:") break;
+      mi.ignore(256, '\n');
+    }
+    long long need = static_cast<long long>(args.nranks) * (5LL << 20) / 2;  // ~2.5 GiB per rank, in kB
+    if (kb > 0 && kb < need) {
+      std::printf("SKIP: only %lld MiB of memory available, the test needs about %lld MiB\n",
+                  kb / 1024, need / 1024);
+      return 77;
+    }
+  }
+  setenv("ACCL_TIMEOUT", "900", 1);  // a call on 2 GiB may take longer than the default 60 s
+  RunOpts o;
+  o.deadline = 1100;
+  bool ok = runRanks(args.nranks, args.mode, [count](Ctx& c) {
+    void* mem = mmap(nullptr, count, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(mem != MAP_FAILED);
+    int8_t* buf = static_cast<int8_t*>(mem);
+    // Period 251 does not divide any power of two, so a wrapped offset shows.
+    auto val = [](int r, size_t i) { return static_cast<int8_t>(((i % 251) & 0x3f) + r); };
+    for (size_t i = 0; i < count; ++i) buf[i] = val(c.rank, i);
+    double t0 = now();
+    ACCL_OK(acclAllReduce(buf, buf, count, acclInt8, acclSum, c.comm, nullptr));
+    if (c.rank == 0) note("2^31+17 int8 all-reduce took " + std::to_string(now() - t0) + " s");
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < 4096; ++i) idx.push_back(i);
+    for (size_t i = (size_t(1) << 31) - 4096; i < count; ++i) idx.push_back(i);
+    for (size_t i = (size_t(1) << 32) / 4 - 2048; i < (size_t(1) << 32) / 4 + 2048; ++i) idx.push_back(i);
+    std::mt19937_64 rng(12345);
+    for (int k = 0; k < 200000; ++k) idx.push_back(rng() % count);
+    size_t bad = 0;
+    for (size_t i : idx) {
+      int ref = 0;
+      for (int r = 0; r < c.nranks; ++r) ref += val(r, i);
+      if (buf[i] != static_cast<int8_t>(ref)) {
+        if (bad < 3)
+          AT_FAIL("element " + std::to_string(i) + " is " + std::to_string(buf[i]) + ", expected " +
+                  std::to_string(ref));
+        ++bad;
+      }
+    }
+    if (bad) AT_FAIL(std::to_string(bad) + " of " + std::to_string(idx.size()) + " sampled elements wrong");
+    munmap(mem, count);
+  }, o);
+  return ok ? 0 : 1;
+}
