@@ -153,8 +153,11 @@ struct Min {
   static A apply(A a, A b) { return a < b ? a : b; }
 };
 
+// Always inlined, so each multiversioned entry point below compiles it for its own target.
+#define ACCL_INLINE inline __attribute__((always_inline))
+
 template <class Type, class Op>
-inline void kernel(void* dstv, const void* const* srcv, int n, size_t count, bool avg) {
+ACCL_INLINE void kernel(void* dstv, const void* const* srcv, int n, size_t count, bool avg) {
   using E = typename Type::Elem;
   using A = typename Type::Acc;
   constexpr bool signedInt = std::is_integral<E>::value && std::is_signed<E>::value;
@@ -185,7 +188,7 @@ inline void kernel(void* dstv, const void* const* srcv, int n, size_t count, boo
 }
 
 template <class Type>
-inline void byOp(void* dst, const void* const* srcs, int n, size_t count, acclRedOp_t op) {
+ACCL_INLINE void byOp(void* dst, const void* const* srcs, int n, size_t count, acclRedOp_t op) {
   switch (op) {
     case acclSum: return kernel<Type, Sum>(dst, srcs, n, count, false);
     case acclAvg: return kernel<Type, Sum>(dst, srcs, n, count, true);
