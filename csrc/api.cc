@@ -98,17 +98,102 @@ std::string where(const Comm& c, uint64_t seq) {
                 (unsigned long long)seq);
 }
 
-// Calls into the backend for one operation and turns its failure into an Error.
-acclResult_t runOnBackend(Comm& c, uint64_t seq, const std::function<acclResult_t(Comm&)>& run) {
+std::string jsonEscape(const std::string& in) {
+  std::string out;
+  for (char ch : in) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    if ((unsigned char)ch < 0x20) out += format("\\u%04x", ch);
+    else out += ch;
+  }
+  return out;
+}
+
+std::string traceJson(const Comm& c, const std::string& reason) {
+  char host[64] = "";
+  gethostname(host, sizeof(host) - 1);
+  return c.trace->json(format(
+      "\"version\": 1, \"comm\": \"%016llx\", \"rank\": %d, \"nranks\": %d, \"backend\": \"%s\", "
+      "\"host\": \"%s\", \"pid\": %d, \"created_unix_us\": %lld, \"reason\": \"%s\"",
+      (unsigned long long)c.args.commHash, c.rank, c.nranks, c.backendName.c_str(), host,
+      getpid(), (long long)c.createdUnixUs, jsonEscape(reason).c_str()));
+}
+
+// On a timeout or a dead peer, the flight recorder goes to ACCL_TRACE_DIR, if set.
+void dumpTrace(const Comm& c, const std::string& reason) {
+  if (c.traceDir.empty() || !c.trace) return;
+  std::string path = format("%s/accl-trace-%016llx-rank%d.json", c.traceDir.c_str(),
+                            (unsigned long long)c.args.commHash, c.rank);
+  FILE* f = fopen(path.c_str(), "w");
+  if (!f) {
+    ACCL_WARN("INIT", "cannot write the flight recorder to %s: %s", path.c_str(), strerror(errno));
+    return;
+  }
+  std::string j = traceJson(c, reason);
+  fwrite(j.data(), 1, j.size(), f);
+  fclose(f);
+  ACCL_WARN("INIT", "rank %d: flight recorder written to %s", c.rank, path.c_str());
+}
+
+void fail(Comm& c, acclResult_t r, const std::string& msg) {
+  if (!breaksComm(r)) return;
+  markBroken(c, r, msg);
+  dumpTrace(c, msg);
+}
+
+// Calls into the backend for one operation and turns its failure into an Error. Inside a group
+// the operation completes at group end, which records it done.
+acclResult_t runOnBackend(Comm& c, uint64_t seq, const std::function<acclResult_t(Comm&)>& run,
+                          bool inGroup = false) {
   if (__atomic_load_n(&c.abortFlag, __ATOMIC_ACQUIRE))
     ACCL_THROW(acclRemoteError, "%s: the communicator was aborted", where(c, seq).c_str());
   c.args.seq = seq;
   takeBackendMessage();
+  if (inGroup) c.trace->update(seq, Trace::kStarted);
   acclResult_t r = run(c);
-  if (r == acclSuccess) return r;
+  if (r == acclSuccess) {
+    if (!inGroup) c.trace->update(seq, Trace::kDone);
+    return r;
+  }
+  c.trace->update(seq, Trace::kFailed, r);
   std::string msg = format("%s: %s", where(c, seq).c_str(), takeBackendMessage().c_str());
-  if (breaksComm(r)) markBroken(c, r, msg);
+  fail(c, r, msg);
   throw Error(r, msg);
+}
+
+// ACCL_CHECK: every rank shows the others its call; a disagreement fails on every rank before
+// any data moves, naming the first rank that differs from rank 0 and how.
+void checkAgreement(Comm& c, const OpDesc& d, uint64_t seq) {
+  struct Wire {
+    uint64_t seq, count;
+    int32_t type, root, redop;
+    char name[28];
+  };
+  std::vector<Wire> all(c.nranks);
+  Wire& me = all[c.rank];
+  me = {seq, d.count, d.type, d.root, d.redop, {}};
+  snprintf(me.name, sizeof(me.name), "%s", d.name);
+  try {
+    c.bootstrap->allGather(all.data(), sizeof(Wire), c.args.timeout);
+  } catch (const Error& e) {
+    fail(c, e.code(), e.what());
+    throw;
+  }
+  auto show = [](const Wire& w) {
+    std::string s = format("%s #%llu (count %llu", w.name, (unsigned long long)w.seq,
+                           (unsigned long long)w.count);
+    if (w.type >= 0) s += format(", %s", typeName(acclDataType_t(w.type)));
+    if (w.redop >= 0) s += format(", %s", opName(acclRedOp_t(w.redop)));
+    if (w.root >= 0) s += format(", root %d", w.root);
+    return s + ")";
+  };
+  const Wire& ref = all[0];
+  for (int r = 1; r < c.nranks; ++r) {
+    const Wire& w = all[r];
+    if (strcmp(w.name, ref.name) || w.count != ref.count || w.type != ref.type ||
+        w.root != ref.root || w.redop != ref.redop)
+      ACCL_THROW(acclInvalidUsage, "ACCL_CHECK: rank %d called %s but rank 0 called %s",
+                 r, show(w).c_str(), show(ref).c_str());
+  }
 }
 
 // ------------------------------------------------------------------ groups
@@ -123,9 +208,9 @@ thread_local std::vector<QueuedOp> tlsGroupOps;
 
 // An operation on a communicator: `check` validates (throwing acclInvalidArgument), then `run`
 // calls the backend now, or at acclGroupEnd inside a group.
-acclResult_t commOp(const char* name, acclComm_t comm, const std::function<void(Comm&)>& check,
+acclResult_t commOp(const OpDesc& d, acclComm_t comm, const std::function<void(Comm&)>& check,
                     std::function<acclResult_t(Comm&)> run) {
-  return api(name, [&] {
+  return api(d.name, [&] {
     Entered e(comm);
     Comm& c = e.comm();
     try {
@@ -134,7 +219,10 @@ acclResult_t commOp(const char* name, acclComm_t comm, const std::function<void(
       ACCL_THROW(err.code(), "rank %d/%d: %s", c.rank, c.nranks, err.what());
     }
     uint64_t seq = ++c.seq;
-    if (tlsGroupDepth > 0) {
+    if (c.checkArgs && !d.p2p) checkAgreement(c, d, seq);
+    bool queued = tlsGroupDepth > 0;
+    c.trace->record(d, seq, queued ? Trace::kQueued : Trace::kStarted);
+    if (queued) {
       tlsGroupOps.push_back({comm, seq, std::move(run)});
       return acclSuccess;
     }
@@ -186,6 +274,12 @@ acclResult_t bootstrapAllGather(void* handle, void* data, size_t bytes);
 acclResult_t bootstrapBarrier(void* handle);
 
 void initComm(Comm& c, const acclUniqueId& id, double timeout) {
+  c.checkArgs = paramInt(Param::Check) != 0;
+  c.traceDir = paramString(Param::TraceDir);
+  c.trace = std::make_unique<Trace>(std::max(0LL, paramInt(Param::TraceBuffer)));
+  c.createdUnixUs = std::chrono::duration_cast<std::chrono::microseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
   c.backend = findBackend(c.backendName).table;
   c.backendName = c.backend->name;
   c.bootstrap = std::make_unique<Bootstrap>(id, c.rank, c.nranks, timeout, &c.abortFlag);
@@ -460,6 +554,19 @@ acclResult_t acclGetBackendInfo(const char* name, int* version, const char** ver
   });
 }
 
+acclResult_t acclCommGetTrace(acclComm_t comm, char* buf, size_t* size) {
+  return api("acclCommGetTrace", [&] {
+    ACCL_ARG_CHECK(size, "size is NULL");
+    Entered e(comm, true);
+    Comm& c = e.comm();
+    ACCL_ARG_CHECK(c.trace, "the communicator has no flight recorder yet (still initialising)");
+    std::string j = traceJson(c, "requested");
+    if (buf && *size) snprintf(buf, *size, "%s", j.c_str());
+    *size = j.size() + 1;
+    return acclSuccess;
+  });
+}
+
 const char* acclGetErrorString(acclResult_t result) {
   switch (result) {
     case acclSuccess: return "no error";
@@ -484,7 +591,7 @@ acclResult_t acclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            acclDataType_t datatype, acclRedOp_t op, acclComm_t comm,
                            void* stream) {
   return commOp(
-      "acclAllReduce", comm,
+      OpDesc{"acclAllReduce", datatype, count, -1, op}, comm,
       [&](Comm&) {
         checkType(datatype);
         checkOp(op);
@@ -501,7 +608,7 @@ acclResult_t acclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
 acclResult_t acclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                            acclDataType_t datatype, int root, acclComm_t comm, void* stream) {
   return commOp(
-      "acclBroadcast", comm,
+      OpDesc{"acclBroadcast", datatype, count, root}, comm,
       [&](Comm& c) {
         checkType(datatype);
         checkRank(c, root, "root");
@@ -527,7 +634,7 @@ acclResult_t acclReduce(const void* sendbuff, void* recvbuff, size_t count,
                         acclDataType_t datatype, acclRedOp_t op, int root, acclComm_t comm,
                         void* stream) {
   return commOp(
-      "acclReduce", comm,
+      OpDesc{"acclReduce", datatype, count, root, op}, comm,
       [&](Comm& c) {
         checkType(datatype);
         checkOp(op);
@@ -547,7 +654,7 @@ acclResult_t acclReduce(const void* sendbuff, void* recvbuff, size_t count,
 acclResult_t acclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                            acclDataType_t datatype, acclComm_t comm, void* stream) {
   return commOp(
-      "acclAllGather", comm,
+      OpDesc{"acclAllGather", datatype, sendcount}, comm,
       [&](Comm& c) {
         checkType(datatype);
         size_t bytes = sendcount * typeSize(datatype);
@@ -565,7 +672,7 @@ acclResult_t acclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                acclDataType_t datatype, acclRedOp_t op, acclComm_t comm,
                                void* stream) {
   return commOp(
-      "acclReduceScatter", comm,
+      OpDesc{"acclReduceScatter", datatype, recvcount, -1, op}, comm,
       [&](Comm& c) {
         checkType(datatype);
         checkOp(op);
@@ -584,7 +691,7 @@ acclResult_t acclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 acclResult_t acclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                           acclDataType_t datatype, acclComm_t comm, void* stream) {
   return commOp(
-      "acclAlltoAll", comm,
+      OpDesc{"acclAlltoAll", datatype, count}, comm,
       [&](Comm& c) {
         checkType(datatype);
         size_t bytes = count * typeSize(datatype) * c.nranks;
@@ -603,7 +710,7 @@ acclResult_t acclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
 acclResult_t acclGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                         acclDataType_t datatype, int root, acclComm_t comm, void* stream) {
   return commOp(
-      "acclGather", comm,
+      OpDesc{"acclGather", datatype, sendcount, root}, comm,
       [&](Comm& c) {
         checkType(datatype);
         checkRank(c, root, "root");
@@ -629,7 +736,7 @@ acclResult_t acclGather(const void* sendbuff, void* recvbuff, size_t sendcount,
 acclResult_t acclScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                          acclDataType_t datatype, int root, acclComm_t comm, void* stream) {
   return commOp(
-      "acclScatter", comm,
+      OpDesc{"acclScatter", datatype, recvcount, root}, comm,
       [&](Comm& c) {
         checkType(datatype);
         checkRank(c, root, "root");
@@ -654,7 +761,7 @@ acclResult_t acclScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
 
 acclResult_t acclBarrier(acclComm_t comm, void* stream) {
   return commOp(
-      "acclBarrier", comm, [](Comm&) {},
+      OpDesc{"acclBarrier"}, comm, [](Comm&) {},
       [=](Comm& c) {
         return withComposition(
             "barrier", [&] { return c.backend->barrier(c.bcomm, stream); },
@@ -665,7 +772,7 @@ acclResult_t acclBarrier(acclComm_t comm, void* stream) {
 acclResult_t acclSend(const void* sendbuff, size_t count, acclDataType_t datatype, int peer,
                       acclComm_t comm, void* stream) {
   return commOp(
-      "acclSend", comm,
+      OpDesc{"acclSend", datatype, count, peer, -1, true}, comm,
       [&](Comm& c) {
         checkType(datatype);
         checkRank(c, peer, "peer");
@@ -679,7 +786,7 @@ acclResult_t acclSend(const void* sendbuff, size_t count, acclDataType_t datatyp
 acclResult_t acclRecv(void* recvbuff, size_t count, acclDataType_t datatype, int peer,
                       acclComm_t comm, void* stream) {
   return commOp(
-      "acclRecv", comm,
+      OpDesc{"acclRecv", datatype, count, peer, -1, true}, comm,
       [&](Comm& c) {
         checkType(datatype);
         checkRank(c, peer, "peer");
@@ -716,7 +823,7 @@ acclResult_t acclGroupEnd(void) {
     std::string firstMsg;
     for (auto& op : ops) {
       try {
-        runOnBackend(*op.handle->impl, op.seq, op.run);
+        runOnBackend(*op.handle->impl, op.seq, op.run, true);
       } catch (const Error& e) {
         if (first == acclSuccess) {
           first = e.code();
@@ -731,9 +838,10 @@ acclResult_t acclGroupEnd(void) {
       std::string msg = takeBackendMessage();
       for (auto& op : ops) {
         Comm& c = *op.handle->impl;
-        if (c.backend == b && breaksComm(r))
-          markBroken(c, r, format("rank %d/%d (%s) group: %s", c.rank, c.nranks,
-                                  c.backendName.c_str(), msg.c_str()));
+        if (c.backend != b) continue;
+        c.trace->update(op.seq, Trace::kFailed, r);
+        fail(c, r, format("rank %d/%d (%s) group: %s", c.rank, c.nranks, c.backendName.c_str(),
+                          msg.c_str()));
       }
       if (first == acclSuccess) {
         first = r;
@@ -741,6 +849,7 @@ acclResult_t acclGroupEnd(void) {
       }
     }
     if (first != acclSuccess) throw Error(first, firstMsg);
+    for (auto& op : ops) op.handle->impl->trace->update(op.seq, Trace::kDone);
     return acclSuccess;
   });
 }

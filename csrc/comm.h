@@ -9,6 +9,7 @@
 
 #include "accl/backend.h"
 #include "bootstrap.h"
+#include "trace.h"
 
 namespace accl {
 
@@ -27,6 +28,10 @@ struct Comm {
   uint64_t seq = 0;                  // numbers every operation, for error messages
   std::thread initThread;            // the non-blocking init
   bool finalized = false;
+  bool checkArgs = false;            // ACCL_CHECK
+  std::string traceDir;              // ACCL_TRACE_DIR
+  std::unique_ptr<Trace> trace;
+  int64_t createdUnixUs = 0;         // lines up the flight recorders of different ranks
 };
 
 struct BackendInfo {

@@ -29,6 +29,14 @@
     "Bytes of each of the two shared-memory buffers per ordered pair of ranks for send/recv.") \
   X(SpinUs, "ACCL_SPIN_US", "50",                                                              \
     "Microseconds a wait spins before it yields the CPU, then sleeps.")                        \
+  X(Check, "ACCL_CHECK", "0",                                                                  \
+    "1: before each collective, ranks compare the call, count, type, op and root, and fail "   \
+    "with acclInvalidUsage naming the first rank that disagrees (costs a TCP round trip).")     \
+  X(TraceBuffer, "ACCL_TRACE_BUFFER", "1000",                                                  \
+    "Operations each communicator's flight recorder keeps (0 turns it off).")                  \
+  X(TraceDir, "ACCL_TRACE_DIR", "",                                                            \
+    "Directory where a communicator dumps its flight recorder as JSON on a timeout or a dead "  \
+    "peer (accl-trace-<comm>-rank<r>.json); read the dumps with python -m accl.trace DIR.")     \
   X(Compose, "ACCL_COMPOSE", "",                                                               \
     "Collectives the core builds from send/recv even where the backend has them (comma list "  \
     "of broadcast, gather, scatter, alltoall, barrier, or all): for testing composition.")      \

@@ -119,6 +119,14 @@ class Comm {
   void finalize() { check(acclCommFinalize(comm_)); }
   void destroy() { release(false); }
   void abort() { release(true); }
+  std::string trace() const {
+    size_t size = 0;
+    check(acclCommGetTrace(comm_, nullptr, &size));
+    std::string buf(size, '\0');
+    check(acclCommGetTrace(comm_, &buf[0], &size));
+    buf.resize(strlen(buf.c_str()));
+    return buf;
+  }
   int asyncError() const {
     acclResult_t e;
     check(acclCommGetAsyncError(comm_, &e));
@@ -217,5 +225,6 @@ PYBIND11_MODULE(_accl, m) {
       .def("destroy", &Comm::destroy, G())
       .def("abort", &Comm::abort, G())
       .def("async_error", &Comm::asyncError)
+      .def("trace", &Comm::trace)
       .def("time_op", &Comm::timeOp, G());
 }

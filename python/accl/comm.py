@@ -18,6 +18,7 @@ are kept alive until then, but their contents are not final before it.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -250,6 +251,16 @@ class Communicator:
     def async_error(self) -> int:
         """The communicator's error state as an acclResult_t code (0 when healthy)."""
         return self._live().async_error()
+
+    def dump_trace(self, path: str | None = None) -> dict[str, Any]:
+        """The flight recorder: this rank's last ACCL_TRACE_BUFFER operations with their state
+        and times, as a dict; also written to `path` as JSON when given (the format
+        ``python -m accl.trace DIR`` reads, as ACCL_TRACE_DIR's automatic dumps)."""
+        text = self._live().trace()
+        if path is not None:
+            with open(path, "w") as f:
+                f.write(text)
+        return json.loads(text)
 
     def split(self, color: int | None, key: int | None = None) -> Communicator | None:
         """Collective: ranks with the same color form a new communicator, ordered by key (default:

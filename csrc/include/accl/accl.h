@@ -155,6 +155,13 @@ ACCL_API acclResult_t acclCommGetAsyncError(acclComm_t comm, acclResult_t* async
 ACCL_API acclResult_t acclCommCount(const acclComm_t comm, int* count);
 ACCL_API acclResult_t acclCommUserRank(const acclComm_t comm, int* rank);
 
+/* The flight recorder: the communicator's last ACCL_TRACE_BUFFER operations (sequence number,
+ * call, type, count, root or peer, op, state queued/started/done/failed, times in microseconds
+ * since the communicator was created) as JSON. Copies at most *size bytes, NUL-terminated, into
+ * buf (which may be NULL) and stores the full size in *size. Also valid on a communicator that
+ * failed. The same JSON is written to ACCL_TRACE_DIR on a timeout or a dead peer. */
+ACCL_API acclResult_t acclCommGetTrace(acclComm_t comm, char* buf, size_t* size);
+
 /* Stores the backend's name ("cpu", "nccl", ...) in a static string. */
 ACCL_API acclResult_t acclCommGetBackend(const acclComm_t comm, const char** name);
 
