@@ -1,6 +1,12 @@
 #include "bootstrap.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
+
+#include <array>
+#include <deque>
+#include <mutex>
 
 #include <cstring>
 #include <fstream>
@@ -122,8 +128,7 @@ bool macEqual(const uint8_t* a, const uint8_t* b) {
 
 // Server side of the handshake. False (and the reason logged) when the peer cannot prove the
 // secret; the caller then drops the connection and carries on.
-bool serverHandshake(Socket& s, const uint8_t* secret, Deadline outer) {
-  Deadline dl = Deadline::in(std::min(kHandshakeSeconds, std::max(0.0, outer.remaining())));
+bool serverHandshake(Socket& s, const uint8_t* secret, Deadline dl) {
   Challenge ch{kIdMagic, kWireVersion, {}};
   randomBytes(ch.nonce, sizeof(ch.nonce));
   Response rsp;
@@ -191,6 +196,94 @@ std::string localHostId() {
   return std::string(host) + ":" + boot;
 }
 
+// Accepts connections and authenticates each on a short-lived thread of its own, so a stalled
+// or hostile peer (a slowloris, a scanner) delays nobody: next() hands out authenticated
+// connections together with their first message.
+class Acceptor {
+ public:
+  Acceptor(Socket& listener, const uint8_t* secret, size_t firstBytes)
+      : listener_(listener), firstBytes_(firstBytes) {
+    memcpy(secret_, secret, kSecretBytes);
+    ACCL_SYSCHECK(shared_->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), "eventfd", "");
+  }
+
+  // The next authenticated connection and its first `firstBytes` bytes; false at the deadline.
+  bool next(Deadline dl, const volatile int* abortFlag, Socket* out, void* first) {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(shared_->mu);
+        if (!shared_->ready.empty()) {
+          *out = std::move(shared_->ready.front().first);
+          memcpy(first, shared_->ready.front().second.data(), firstBytes_);
+          shared_->ready.pop_front();
+          return true;
+        }
+      }
+      if (abortFlag && __atomic_load_n(abortFlag, __ATOMIC_ACQUIRE))
+        ACCL_THROW(acclRemoteError, "communicator aborted");
+      double rem = dl.remaining();
+      if (rem <= 0) return false;
+      pollfd p[2] = {{listener_.fd(), POLLIN, 0}, {shared_->wake, POLLIN, 0}};
+      int r = poll(p, 2, std::min<double>(50, rem * 1000 + 1));
+      if (r < 0 && errno != EINTR) ACCL_SYSCHECK(r, "poll", "");
+      if (p[1].revents) {
+        uint64_t v;
+        (void)!read(shared_->wake, &v, sizeof(v));
+      }
+      if (p[0].revents) admit();
+    }
+  }
+
+ private:
+  static constexpr int kMaxPending = 64;
+  struct Shared {
+    std::mutex mu;
+    std::deque<std::pair<Socket, std::vector<char>>> ready;
+    int pending = 0;
+    int wake = -1;  // eventfd: a handshake finished
+    ~Shared() { close(wake); }
+  };
+
+  void admit() {
+    Socket s = listener_.accept(Deadline::in(0), nullptr);
+    if (!s.valid()) return;
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      if (shared_->pending >= kMaxPending) {
+        ACCL_WARN("BOOTSTRAP", "refused connection from %s: %d handshakes already pending",
+                  s.peer().str().c_str(), kMaxPending);
+        return;
+      }
+      ++shared_->pending;
+    }
+    std::array<uint8_t, kSecretBytes> secret;
+    memcpy(secret.data(), secret_, kSecretBytes);
+    std::thread([sh = shared_, s = std::move(s), secret, n = firstBytes_]() mutable {
+      std::vector<char> first(n);
+      bool ok = serverHandshake(s, secret.data(), Deadline::in(kHandshakeSeconds));
+      if (ok) {
+        try {
+          s.recvAll(first.data(), n, Deadline::in(kHandshakeSeconds), nullptr);
+        } catch (const Error& e) {
+          ACCL_WARN("BOOTSTRAP", "dropped %s after its handshake: %s", s.peer().str().c_str(),
+                    e.what());
+          ok = false;
+        }
+      }
+      std::lock_guard<std::mutex> lock(sh->mu);
+      --sh->pending;
+      if (ok) sh->ready.emplace_back(std::move(s), std::move(first));
+      uint64_t one = 1;
+      (void)!write(sh->wake, &one, sizeof(one));
+    }).detach();
+  }
+
+  Socket& listener_;
+  uint8_t secret_[kSecretBytes];
+  size_t firstBytes_;
+  std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
+};
+
 // The root service: collects one Hello per rank and sends everyone the table. Runs on its own
 // thread and ends when the rendezvous completes, fails, or the deadline passes.
 void rootService(Socket listener, IdBody id, double timeout) {
@@ -206,10 +299,12 @@ void rootService(Socket listener, IdBody id, double timeout) {
     } catch (const Error&) {
     }
   };
+  Acceptor acceptor(listener, id.secret, sizeof(Hello));
   try {
     while (nranks < 0 || (int)conns.size() < nranks) {
-      Socket s = listener.accept(dl, nullptr);
-      if (!s.valid()) {
+      Socket s;
+      Hello h;
+      if (!acceptor.next(dl, nullptr, &s, &h)) {
         // Tell the ranks that came which ones did not; they would time out anyway.
         std::string missing;
         for (int r = 0; r < nranks; ++r) {
@@ -222,14 +317,6 @@ void rootService(Socket listener, IdBody id, double timeout) {
         ACCL_WARN("BOOTSTRAP", "%s", msg.c_str());
         for (auto& c : conns) reject(c, acclTimeout, msg);
         return;
-      }
-      if (!serverHandshake(s, id.secret, dl)) continue;
-      Hello h;
-      try {
-        s.recvAll(&h, sizeof(h), Deadline::in(kHandshakeSeconds), nullptr);
-      } catch (const Error& e) {
-        ACCL_WARN("BOOTSTRAP", "dropped %s: %s", s.peer().str().c_str(), e.what());
-        continue;
       }
       h.hostId[sizeof(h.hostId) - 1] = 0;
       if (h.magic != kHelloMagic || h.nranks <= 0 || h.rank < 0 || h.rank >= h.nranks) {
@@ -373,22 +460,16 @@ Bootstrap::Bootstrap(const acclUniqueId& uid, int rank, int nranks, double timeo
   // The star: every rank keeps one authenticated connection to rank 0.
   peers_.resize(rank == 0 ? nranks : 1);
   if (rank == 0) {
+    Acceptor acceptor(listener, id.secret, sizeof(StarJoin));
     for (int joined = 1; joined < nranks;) {
-      Socket s = listener.accept(dl, abortFlag);
-      if (!s.valid()) {
+      Socket s;
+      StarJoin j;
+      if (!acceptor.next(dl, abortFlag, &s, &j)) {
         std::string missing;
         for (int r = 1; r < nranks; ++r)
           if (!peers_[r].valid()) missing += (missing.empty() ? "" : ",") + std::to_string(r);
         ACCL_THROW(acclTimeout, "rank 0: ranks %s did not connect within %.1f s",
                    missing.c_str(), timeout);
-      }
-      if (!serverHandshake(s, id.secret, dl)) continue;
-      StarJoin j;
-      try {
-        s.recvAll(&j, sizeof(j), Deadline::in(kHandshakeSeconds), abortFlag);
-      } catch (const Error& e) {
-        ACCL_WARN("BOOTSTRAP", "dropped %s: %s", s.peer().str().c_str(), e.what());
-        continue;
       }
       if (j.magic != kStarMagic || j.rank <= 0 || j.rank >= nranks || peers_[j.rank].valid()) {
         ACCL_WARN("BOOTSTRAP", "dropped %s: bad join as rank %d", s.peer().str().c_str(), j.rank);

@@ -183,14 +183,15 @@ Socket Socket::connect(const SockAddr& addr, Deadline dl, const volatile int* ab
 
 Socket Socket::accept(Deadline dl, const volatile int* abortFlag) {
   for (;;) {
-    if (!waitReady(fd_, POLLIN, dl, abortFlag)) return Socket();
     SockAddr peer;
     peer.len = sizeof(peer.ss);
     int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&peer.ss), &peer.len,
                        SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) continue;
-      ACCL_SYSCHECK(fd, "accept", "");
+      if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+        ACCL_SYSCHECK(fd, "accept", "");
+      if (!waitReady(fd_, POLLIN, dl, abortFlag)) return Socket();
+      continue;
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

@@ -1,0 +1,931 @@
+// accl._accl_torch: the torch.distributed backend "accl", a c10d::Backend over the accl C API.
+//
+// Every operation is checked on the calling thread (bad arguments raise at once, as on gloo),
+// then queued to the process group's one worker thread, which makes the accl calls in FIFO order.
+// So async_op=True returns at once, and every rank issues its accl calls in the order the program
+// made them, which accl's matching by call order requires. Only c10d APIs that have been stable
+// for many releases are used, so the same source builds against several torch versions; the
+// module is still built for exactly one (see accl_torch_built_for below).
+//
+// Data movement (broadcast, gathers, scatters, all-to-all, send/recv) travels as bytes, so every
+// dtype moves. Reductions map the dtype to an accl type; what accl cannot reduce (bitwise ops,
+// int16/uint16) is gathered and folded on the host; what has no defined meaning raises.
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/csrc/utils/pybind.h>
+
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "accl/accl.h"
+
+// The torch this module was compiled against. accl.distributed reads it from the file before
+// loading the module, because a module built for another torch may not even load.
+extern "C" __attribute__((used, visibility("default")))
+const char accl_torch_built_for[] = "accl-torch-built-for:" ACCL_TORCH_VERSION ";";
+
+namespace accl_torch {
+namespace {
+
+using c10d::OpType;
+using c10d::ReduceOp;
+using Tensors = std::vector<at::Tensor>;
+
+[[noreturn]] void fail(const std::string& msg) { C10_THROW_ERROR(DistBackendError, msg); }
+
+// An accl call failed: its message already names the op, sequence number and missing ranks.
+void check(acclResult_t r, const char* call) {
+  if (r != acclSuccess) fail(std::string("accl: ") + call + " failed: " + acclGetLastError(nullptr));
+}
+
+void* ptr(const at::Tensor& t) { return t.data_ptr(); }
+size_t bytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
+
+void checkTensor(const at::Tensor& t, const char* op) {
+  TORCH_CHECK(t.defined(), "accl ", op, ": undefined tensor");
+  TORCH_CHECK(t.device().is_cpu(), "accl ", op, ": only cpu tensors are supported so far, got a ",
+              t.device().str(), " tensor (use the gloo or nccl backend for it)");
+  TORCH_CHECK(t.layout() == at::kStrided, "accl ", op, ": only dense tensors are supported");
+}
+
+void checkOne(const Tensors& ts, const char* op) {
+  TORCH_CHECK(ts.size() == 1, "accl ", op, ": expected one tensor per process, got ", ts.size());
+  checkTensor(ts[0], op);
+}
+
+void checkSame(const at::Tensor& t, const at::Tensor& like, int64_t numel, const char* op) {
+  checkTensor(t, op);
+  TORCH_CHECK(t.scalar_type() == like.scalar_type(), "accl ", op, ": dtype ", t.scalar_type(),
+              " differs from ", like.scalar_type());
+  TORCH_CHECK(t.numel() == numel, "accl ", op, ": expected a tensor of ", numel,
+              " elements, got ", t.numel());
+}
+
+// A contiguous tensor to hand to accl, and the copy back into the caller's tensor if it was not
+// contiguous itself.
+at::Tensor staged(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+void writeBack(const at::Tensor& user, const at::Tensor& buf) {
+  if (!user.is_same(buf)) user.copy_(buf.view(user.sizes()));
+}
+
+// How a (dtype, op) pair is reduced.
+struct Red {
+  acclDataType_t type = acclFloat32;
+  acclRedOp_t op = acclSum;
+  int64_t mult = 1;   // accl elements per torch element: 2 for complex (pairs of reals)
+  bool host = false;  // gather and fold on the host with `hostOp`
+  ReduceOp::RedOpType hostOp = ReduceOp::SUM;
+  ReduceOp premul;    // PREMUL_SUM: its factor is applied before summing
+  bool isPremul = false;
+};
+
+const char* opName(ReduceOp::RedOpType op) {
+  switch (op) {
+    case ReduceOp::SUM: return "SUM";
+    case ReduceOp::AVG: return "AVG";
+    case ReduceOp::PRODUCT: return "PRODUCT";
+    case ReduceOp::MIN: return "MIN";
+    case ReduceOp::MAX: return "MAX";
+    case ReduceOp::BAND: return "BAND";
+    case ReduceOp::BOR: return "BOR";
+    case ReduceOp::BXOR: return "BXOR";
+    case ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    default: return "UNUSED";
+  }
+}
+
+bool acclType(at::ScalarType st, acclDataType_t* out) {
+  switch (st) {
+    case at::kFloat: *out = acclFloat32; return true;
+    case at::kDouble: *out = acclFloat64; return true;
+    case at::kHalf: *out = acclFloat16; return true;
+    case at::kBFloat16: *out = acclBfloat16; return true;
+    case at::kChar: *out = acclInt8; return true;
+    case at::kByte: *out = acclUint8; return true;
+    case at::kInt: *out = acclInt32; return true;
+    case at::kLong: *out = acclInt64; return true;
+    case at::kUInt32: *out = acclUint32; return true;
+    case at::kUInt64: *out = acclUint64; return true;
+    case at::kFloat8_e4m3fn: *out = acclFloat8e4m3; return true;
+    case at::kFloat8_e5m2: *out = acclFloat8e5m2; return true;
+    default: return false;
+  }
+}
+
+Red reduction(at::ScalarType st, const ReduceOp& rop, const char* call) {
+  Red r;
+  auto op = rop.op_;
+  auto bad = [&](const char* why) {
+    TORCH_CHECK(false, "accl ", call, ": ReduceOp.", opName(op), " is not supported for ", st,
+                " tensors", why);
+  };
+  if (op == ReduceOp::BAND || op == ReduceOp::BOR || op == ReduceOp::BXOR) {
+    if (!at::isIntegralType(st, /*includeBool=*/true))
+      bad(" (bitwise ops take integer and bool tensors)");
+    r.host = true;
+    r.hostOp = op;
+    return r;
+  }
+  if (op == ReduceOp::PREMUL_SUM) {
+    if (!at::isFloatingType(st) && !at::isComplexType(st))
+      bad(" (PREMUL_SUM takes floating-point and complex tensors)");
+    TORCH_CHECK(rop.supplement_, "accl ", call, ": PREMUL_SUM without a factor");
+    r.premul = rop;
+    r.isPremul = true;
+    op = ReduceOp::SUM;
+  }
+  if (st == at::kBool) {
+    // As accl's Python API and gloo: SUM is logical or, PRODUCT logical and.
+    if (op == ReduceOp::AVG) bad(" (bool has no average)");
+    r.type = acclUint8;
+    r.op = (op == ReduceOp::SUM || op == ReduceOp::MAX) ? acclMax : acclMin;
+    return r;
+  }
+  at::ScalarType real = st;
+  if (at::isComplexType(st)) {
+    // A complex sum or average is the sum or average of the real and imaginary parts.
+    if (op != ReduceOp::SUM && op != ReduceOp::AVG)
+      bad(" (complex tensors take SUM, AVG and PREMUL_SUM)");
+    real = c10::toRealValueType(st);
+    r.mult = 2;
+  }
+  switch (op) {
+    case ReduceOp::SUM: r.op = acclSum; break;
+    case ReduceOp::AVG: r.op = acclAvg; break;
+    case ReduceOp::PRODUCT: r.op = acclProd; break;
+    case ReduceOp::MIN: r.op = acclMin; break;
+    case ReduceOp::MAX: r.op = acclMax; break;
+    default: bad("");
+  }
+  if (!acclType(real, &r.type)) {
+    if (st == at::kShort || st == at::kUInt16) {
+      r.host = true;  // accl has no 16-bit integers
+      r.hostOp = op;
+      r.mult = 1;
+      return r;
+    }
+    bad(" (no accl type for it)");
+  }
+  return r;
+}
+
+// PREMUL_SUM: buf *= factor, before the sum.
+void applyPremul(const Red& red, at::Tensor& buf) {
+  if (!red.isPremul) return;
+  auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(red.premul.supplement_.get());
+  TORCH_CHECK(s, "accl: PREMUL_SUM with an unknown supplement");
+  if (s->tensor_factor.defined())
+    buf.mul_(s->tensor_factor.to(buf.device()).reshape({}));
+  else
+    buf.mul_(s->double_factor);
+}
+
+// Reduces `all` (one row per rank) on the host into its first row.
+at::Tensor hostFold(const at::Tensor& all, const Red& red, int size) {
+  at::Tensor acc = all[0].clone();
+  for (int r = 1; r < size; ++r) {
+    const at::Tensor& x = all[r];
+    switch (red.hostOp) {
+      case ReduceOp::BAND: acc.bitwise_and_(x); break;
+      case ReduceOp::BOR: acc.bitwise_or_(x); break;
+      case ReduceOp::BXOR: acc.bitwise_xor_(x); break;
+      case ReduceOp::SUM: case ReduceOp::AVG: acc.add_(x); break;
+      case ReduceOp::PRODUCT: acc.mul_(x); break;
+      case ReduceOp::MIN: at::minimum_out(acc, acc, x); break;
+      case ReduceOp::MAX: at::maximum_out(acc, acc, x); break;
+      default: fail("accl: unexpected host reduction");
+    }
+  }
+  if (red.hostOp == ReduceOp::AVG) acc.div_(size, "trunc");  // as accl: integer division
+  return acc;
+}
+
+// One unit of work on the worker thread. `run` issues the accl calls (inside a group, they only
+// queue); `post` runs once the data has arrived (copies out of staging buffers, host folds).
+struct Job {
+  std::function<void()> run;
+  std::function<void()> post;
+};
+
+// The future holds the output tensors, as gloo's: a list of tensors, or a list of lists when an
+// op has several output lists.
+c10::intrusive_ptr<c10::ivalue::Future> makeFuture(size_t lists) {
+  auto list = c10::ListType::create(c10::TensorType::get());
+  return c10::make_intrusive<c10::ivalue::Future>(lists > 1 ? c10::ListType::create(list) : list);
+}
+
+class WorkACCL : public c10d::Work {
+ public:
+  WorkACCL(int rank, OpType type, uint64_t seq, std::vector<Tensors> outputs)
+      : c10d::Work(rank, type),
+        seq_(seq),
+        outputs_(std::move(outputs)),
+        future_(makeFuture(outputs_.size())) {}
+
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  uint64_t getSequencenumber() const override { return seq_; }
+  Tensors result() override { return outputs_.empty() ? Tensors() : outputs_[0]; }
+
+  // Called once, on the worker thread. Future callbacks (DDP comm hooks) run here.
+  void complete(const std::exception_ptr& error) {
+    if (error) {
+      future_->setError(error);
+      finish(error);
+      return;
+    }
+    if (outputs_.size() > 1)
+      future_->markCompleted(c10::IValue(outputs_));
+    else
+      future_->markCompleted(c10::IValue(outputs_.empty() ? Tensors() : outputs_[0]));
+    finish();
+  }
+
+ private:
+  uint64_t seq_;
+  std::vector<Tensors> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+}  // namespace
+
+class ProcessGroupACCL : public c10d::Backend {
+ public:
+  ProcessGroupACCL(const std::string& uid, int rank, int size, double timeoutSeconds)
+      : c10d::Backend(rank, size) {
+    TORCH_CHECK(uid.size() == ACCL_UNIQUE_ID_BYTES, "accl: the unique id must be ",
+                ACCL_UNIQUE_ID_BYTES, " bytes, got ", uid.size());
+    acclUniqueId id;
+    memcpy(id.internal, uid.data(), sizeof(id.internal));
+    acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
+    cfg.timeout = timeoutSeconds;  // the process group's timeout bounds every accl call
+    cfg.backend = "cpu";           // cpu tensors only, so far
+    check(acclCommInitRankConfig(&comm_, size, id, rank, &cfg), "acclCommInitRankConfig");
+    worker_ = std::thread([this] { loop(); });
+  }
+
+  ~ProcessGroupACCL() override { shutdown(); }
+
+  const std::string getBackendName() const override { return "accl"; }
+  bool supportsCoalescing() const override { return true; }
+
+  // ------------------------------------------------------------ collectives
+
+  c10::intrusive_ptr<c10d::Work> allreduce(Tensors& tensors,
+                                           const c10d::AllreduceOptions& opts) override {
+    checkOne(tensors, "allreduce");
+    return enqueue(OpType::ALLREDUCE, {tensors}, {allreduceJob(tensors[0], opts.reduceOp)});
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      Tensors& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
+    std::vector<Job> jobs;
+    for (auto& t : tensors) {
+      checkTensor(t, "allreduce_coalesced");
+      jobs.push_back(allreduceJob(t, opts.reduceOp));
+    }
+    return enqueue(OpType::ALLREDUCE_COALESCED, {tensors}, std::move(jobs), true);
+  }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(Tensors& tensors,
+                                           const c10d::BroadcastOptions& opts) override {
+    checkOne(tensors, "broadcast");
+    int root = checkRoot(opts.rootRank, "broadcast");
+    at::Tensor t = tensors[0];
+    auto buf = std::make_shared<at::Tensor>();
+    Job job{[=, this] {
+              *buf = staged(t);
+              check(acclBroadcast(ptr(*buf), ptr(*buf), bytes(t), acclUint8, root, comm_, nullptr),
+                    "acclBroadcast");
+            },
+            [=] { writeBack(t, *buf); }};
+    return enqueue(OpType::BROADCAST, {tensors}, {job});
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce(Tensors& tensors,
+                                        const c10d::ReduceOptions& opts) override {
+    checkOne(tensors, "reduce");
+    int root = checkRoot(opts.rootRank, "reduce");
+    at::Tensor t = tensors[0];
+    Red red = reduction(t.scalar_type(), opts.reduceOp, "reduce");
+    auto buf = std::make_shared<at::Tensor>();
+    auto all = std::make_shared<at::Tensor>();
+    int size = getSize(), rank = getRank();
+    Job job{[=, this] {
+              *buf = staged(t);
+              applyPremul(red, *buf);
+              if (red.host) {
+                *all = at::empty({size, t.numel()}, t.options());
+                check(acclAllGather(ptr(*buf), ptr(*all), bytes(t), acclUint8, comm_, nullptr),
+                      "acclAllGather");
+              } else {
+                check(acclReduce(ptr(*buf), ptr(*buf), t.numel() * red.mult, red.type, red.op,
+                                 root, comm_, nullptr),
+                      "acclReduce");
+              }
+            },
+            [=] {
+              if (rank != root) return;
+              if (red.host) buf->copy_(hostFold(*all, red, size).view(buf->sizes()));
+              writeBack(t, *buf);
+            }};
+    return enqueue(OpType::REDUCE, {tensors}, {job});
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<Tensors>& outputs, Tensors& inputs,
+                                           const c10d::AllgatherOptions&) override {
+    checkOne(inputs, "allgather");
+    TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == size_t(getSize()),
+                "accl allgather: expected one list of ", getSize(), " output tensors");
+    at::Tensor in = inputs[0];
+    for (auto& o : outputs[0]) checkSame(o, in, in.numel(), "allgather");
+    Tensors outs = outputs[0];
+    auto flat = std::make_shared<at::Tensor>();
+    auto src = std::make_shared<at::Tensor>();
+    Job job{[=, this] {
+              *src = in.contiguous();
+              *flat = at::empty({int64_t(outs.size()), in.numel()}, in.options());
+              check(acclAllGather(ptr(*src), ptr(*flat), bytes(in), acclUint8, comm_, nullptr),
+                    "acclAllGather");
+            },
+            [=] {
+              for (size_t r = 0; r < outs.size(); ++r) outs[r].copy_((*flat)[r].view(outs[r].sizes()));
+            }};
+    return enqueue(OpType::ALLGATHER, outputs, {job});
+  }
+
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
+                                                 const c10d::AllgatherOptions&) override {
+    return enqueue(OpType::_ALLGATHER_BASE, {{out}}, {allgatherBaseJob(out, in)});
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      Tensors& outputs, Tensors& inputs, const c10d::AllgatherOptions&) override {
+    TORCH_CHECK(outputs.size() == inputs.size(), "accl allgather_into_tensor_coalesced: ",
+                outputs.size(), " outputs for ", inputs.size(), " inputs");
+    std::vector<Job> jobs;
+    for (size_t i = 0; i < inputs.size(); ++i) jobs.push_back(allgatherBaseJob(outputs[i], inputs[i]));
+    return enqueue(OpType::COALESCED, {outputs}, std::move(jobs), true);
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override {
+    checkOne(outputs, "reduce_scatter");
+    TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == size_t(getSize()),
+                "accl reduce_scatter: expected one list of ", getSize(), " input tensors");
+    at::Tensor out = outputs[0];
+    for (auto& i : inputs[0]) checkSame(i, out, out.numel(), "reduce_scatter");
+    Tensors ins = inputs[0];
+    Red red = reduction(out.scalar_type(), opts.reduceOp, "reduce_scatter");
+    auto flat = std::make_shared<at::Tensor>();
+    Job pre{[=] {
+              std::vector<at::Tensor> rows;
+              for (auto& i : ins) rows.push_back(i.reshape({-1}));
+              *flat = at::cat(rows);
+            },
+            nullptr};
+    Job rs = reduceScatterJob(out, flat, red);
+    Job job{[=] { pre.run(); rs.run(); }, rs.post};
+    return enqueue(OpType::REDUCE_SCATTER, {outputs}, {job});
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& out, at::Tensor& in, const c10d::ReduceScatterOptions& opts) override {
+    return enqueue(OpType::_REDUCE_SCATTER_BASE, {{out}},
+                   {reduceScatterBaseJob(out, in, opts, "reduce_scatter_tensor")});
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      Tensors& outputs, Tensors& inputs, const c10d::ReduceScatterOptions& opts) override {
+    TORCH_CHECK(outputs.size() == inputs.size(), "accl reduce_scatter_tensor_coalesced: ",
+                outputs.size(), " outputs for ", inputs.size(), " inputs");
+    std::vector<Job> jobs;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      jobs.push_back(reduceScatterBaseJob(outputs[i], inputs[i], opts, "reduce_scatter_tensor"));
+    return enqueue(OpType::REDUCE_SCATTER_TENSOR_COALESCED, {outputs}, std::move(jobs), true);
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& out, at::Tensor& in,
+                                               std::vector<int64_t>& outSplits,
+                                               std::vector<int64_t>& inSplits,
+                                               const c10d::AllToAllOptions&) override {
+    const char* op = "all_to_all_single";
+    checkTensor(out, op);
+    checkTensor(in, op);
+    TORCH_CHECK(in.scalar_type() == out.scalar_type(), "accl ", op, ": dtype ", in.scalar_type(),
+                " of the input differs from ", out.scalar_type(), " of the output");
+    int size = getSize();
+    if (outSplits.empty() && inSplits.empty()) {
+      TORCH_CHECK(in.numel() == out.numel() && in.numel() % size == 0, "accl ", op,
+                  ": input and output need the same number of elements, divisible by ", size,
+                  "; got ", in.numel(), " and ", out.numel());
+      auto src = std::make_shared<at::Tensor>();
+      auto dst = std::make_shared<at::Tensor>();
+      Job job{[=, this] {
+                *src = in.contiguous();
+                *dst = staged(out);
+                check(acclAlltoAll(ptr(*src), ptr(*dst), bytes(in) / size, acclUint8, comm_,
+                                   nullptr),
+                      "acclAlltoAll");
+              },
+              [=] { writeBack(out, *dst); }};
+      return enqueue(OpType::ALLTOALL_BASE, {{out}}, {job});
+    }
+    // Unequal blocks along dim 0: one send and one receive per peer, all in one group.
+    std::vector<size_t> sendOff, sendLen, recvOff, recvLen;
+    splitBytes(in, inSplits, op, "input", &sendOff, &sendLen);
+    splitBytes(out, outSplits, op, "output", &recvOff, &recvLen);
+    auto src = std::make_shared<at::Tensor>();
+    auto dst = std::make_shared<at::Tensor>();
+    Job job{[=, this] {
+              *src = in.contiguous();
+              *dst = staged(out);
+              exchange(static_cast<const char*>(ptr(*src)), sendOff, sendLen,
+                       static_cast<char*>(ptr(*dst)), recvOff, recvLen);
+            },
+            [=] { writeBack(out, *dst); }};
+    return enqueue(OpType::ALLTOALL_BASE, {{out}}, {job});
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(Tensors& outputs, Tensors& inputs,
+                                          const c10d::AllToAllOptions&) override {
+    int size = getSize();
+    TORCH_CHECK(outputs.size() == size_t(size) && inputs.size() == size_t(size),
+                "accl all_to_all: expected ", size, " input and ", size, " output tensors, got ",
+                inputs.size(), " and ", outputs.size());
+    for (int r = 0; r < size; ++r) {
+      checkTensor(inputs[r], "all_to_all");
+      checkTensor(outputs[r], "all_to_all");
+      TORCH_CHECK(inputs[r].scalar_type() == outputs[r].scalar_type(),
+                  "accl all_to_all: input and output dtypes differ");
+    }
+    Tensors ins = inputs, outs = outputs;
+    auto src = std::make_shared<Tensors>();
+    auto dst = std::make_shared<Tensors>();
+    Job job{[=, this] {
+              check(acclGroupStart(), "acclGroupStart");
+              std::exception_ptr err;
+              try {
+                for (int r = 0; r < size; ++r) {
+                  src->push_back(ins[r].contiguous());
+                  dst->push_back(staged(outs[r]));
+                }
+                for (int r = 0; r < size; ++r) {
+                  if (r == getRank()) {
+                    TORCH_CHECK(bytes((*src)[r]) == bytes((*dst)[r]), "accl all_to_all: ",
+                                "this rank's own input and output blocks differ in size");
+                    memcpy(ptr((*dst)[r]), ptr((*src)[r]), bytes((*src)[r]));
+                    continue;
+                  }
+                  check(acclSend(ptr((*src)[r]), bytes((*src)[r]), acclUint8, r, comm_, nullptr),
+                        "acclSend");
+                  check(acclRecv(ptr((*dst)[r]), bytes((*dst)[r]), acclUint8, r, comm_, nullptr),
+                        "acclRecv");
+                }
+              } catch (...) {
+                err = std::current_exception();
+              }
+              acclResult_t r = acclGroupEnd();
+              if (err) std::rethrow_exception(err);
+              check(r, "acclGroupEnd (all_to_all)");
+            },
+            [=] {
+              for (int r = 0; r < size; ++r) writeBack(outs[r], (*dst)[r]);
+            }};
+    return enqueue(OpType::ALLTOALL, {outputs}, {job});
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<Tensors>& outputs, Tensors& inputs,
+                                        const c10d::GatherOptions& opts) override {
+    checkOne(inputs, "gather");
+    int root = checkRoot(opts.rootRank, "gather"), size = getSize();
+    at::Tensor in = inputs[0];
+    bool isRoot = root == getRank();
+    Tensors outs;
+    if (isRoot) {
+      TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == size_t(size),
+                  "accl gather: the root needs one list of ", size, " output tensors");
+      outs = outputs[0];
+      for (auto& o : outs) checkSame(o, in, in.numel(), "gather");
+    } else {
+      TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                  "accl gather: only the root takes output tensors");
+    }
+    auto flat = std::make_shared<at::Tensor>();
+    auto src = std::make_shared<at::Tensor>();
+    Job job{[=, this] {
+              *src = in.contiguous();
+              *flat = at::empty({isRoot ? int64_t(size) : 0, in.numel()}, in.options());
+              check(acclGather(ptr(*src), isRoot ? ptr(*flat) : nullptr, bytes(in), acclUint8,
+                               root, comm_, nullptr),
+                    "acclGather");
+            },
+            [=] {
+              for (size_t r = 0; r < outs.size(); ++r) outs[r].copy_((*flat)[r].view(outs[r].sizes()));
+            }};
+    return enqueue(OpType::GATHER, outputs, {job});
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(Tensors& outputs, std::vector<Tensors>& inputs,
+                                         const c10d::ScatterOptions& opts) override {
+    checkOne(outputs, "scatter");
+    int root = checkRoot(opts.rootRank, "scatter"), size = getSize();
+    at::Tensor out = outputs[0];
+    bool isRoot = root == getRank();
+    Tensors ins;
+    if (isRoot) {
+      TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == size_t(size),
+                  "accl scatter: the root needs one list of ", size, " input tensors");
+      ins = inputs[0];
+      for (auto& i : ins) checkSame(i, out, out.numel(), "scatter");
+    } else {
+      TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                  "accl scatter: only the root takes input tensors");
+    }
+    auto flat = std::make_shared<at::Tensor>();
+    auto dst = std::make_shared<at::Tensor>();
+    Job job{[=, this] {
+              if (isRoot) {
+                std::vector<at::Tensor> rows;
+                for (auto& i : ins) rows.push_back(i.reshape({-1}));
+                *flat = at::cat(rows);
+              }
+              *dst = staged(out);
+              check(acclScatter(isRoot ? ptr(*flat) : nullptr, ptr(*dst), bytes(out), acclUint8,
+                                root, comm_, nullptr),
+                    "acclScatter");
+            },
+            [=] { writeBack(out, *dst); }};
+    return enqueue(OpType::SCATTER, {outputs}, {job});
+  }
+
+  // Tags are not matched: as on NCCL, messages between two ranks match in the order sent.
+  c10::intrusive_ptr<c10d::Work> send(Tensors& tensors, int dst, int /*tag*/) override {
+    checkOne(tensors, "send");
+    checkPeer(dst, "send");
+    at::Tensor t = tensors[0];
+    auto src = std::make_shared<at::Tensor>();
+    Job job{[=, this] {
+              *src = t.contiguous();
+              check(acclSend(ptr(*src), bytes(t), acclUint8, dst, comm_, nullptr), "acclSend");
+            },
+            nullptr};
+    return enqueue(OpType::SEND, {tensors}, {job});
+  }
+
+  c10::intrusive_ptr<c10d::Work> recv(Tensors& tensors, int src, int /*tag*/) override {
+    checkOne(tensors, "recv");
+    checkPeer(src, "recv");
+    at::Tensor t = tensors[0];
+    auto buf = std::make_shared<at::Tensor>();
+    Job job{[=, this] {
+              *buf = staged(t);
+              check(acclRecv(ptr(*buf), bytes(t), acclUint8, src, comm_, nullptr), "acclRecv");
+            },
+            [=] { writeBack(t, *buf); }};
+    return enqueue(OpType::RECV, {tensors}, {job});
+  }
+
+  c10::intrusive_ptr<c10d::Work> recvAnysource(Tensors&, int) override {
+    TORCH_CHECK(false, "accl: recv without a source rank is not supported: accl matches "
+                "messages by sender, so name the source (src=...)");
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
+    Job job{[this] { check(acclBarrier(comm_, nullptr), "acclBarrier"); }, nullptr};
+    return enqueue(OpType::BARRIER, {}, {job});
+  }
+
+  // A barrier under the communicator's timeout; on expiry accl's message names the ranks that
+  // did not arrive, which is what monitoredBarrier is for.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool) override {
+    barrier(opts)->wait();
+  }
+
+  void setSequenceNumberForGroup() override {}  // every rank starts at 0
+  uint64_t getSequenceNumberForGroup() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seq_;
+  }
+
+  // ------------------------------------------------------------ coalescing
+
+  // Ops issued until endCoalescing run as one accl group, so that batched sends and receives
+  // progress together (batch_isend_irecv) instead of one after another.
+  void startCoalescing() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    TORCH_CHECK(!coalescing_, "accl: startCoalescing called twice without endCoalescing");
+    coalescing_ = true;
+  }
+
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override {
+    Entry e;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      TORCH_CHECK(coalescing_, "accl: endCoalescing without startCoalescing");
+      coalescing_ = false;
+      e = std::move(pending_);
+      pending_ = Entry();
+    }
+    auto work = c10::make_intrusive<WorkACCL>(getRank(), OpType::COALESCED, seq_,
+                                              std::vector<Tensors>{});
+    e.works.push_back(work);
+    e.grouped = true;
+    push(std::move(e));
+    return work;
+  }
+
+  // ------------------------------------------------------------ teardown
+
+  // Wakes an accl call blocked in the worker (it fails), fails every queued op, frees the
+  // communicator. Safe from any thread.
+  void abort() override { close(true); }
+
+  // Lets the queued ops finish (each bounded by the timeout), then frees the communicator.
+  void shutdown() override { close(false); }
+
+ private:
+  struct Entry {
+    std::vector<Job> jobs;
+    std::vector<c10::intrusive_ptr<WorkACCL>> works;
+    bool grouped = false;
+  };
+
+  int checkRoot(int64_t root, const char* op) {
+    TORCH_CHECK(root >= 0 && root < getSize(), "accl ", op, ": root ", root,
+                " is not a rank of this group of ", getSize());
+    return int(root);
+  }
+
+  void checkPeer(int peer, const char* op) {
+    TORCH_CHECK(peer >= 0 && peer < getSize() && peer != getRank(), "accl ", op, ": peer ", peer,
+                " is not another rank of this group of ", getSize(), " (this is rank ",
+                getRank(), ")");
+  }
+
+  Job allreduceJob(const at::Tensor& t, const ReduceOp& rop) {
+    Red red = reduction(t.scalar_type(), rop, "allreduce");
+    int size = getSize();
+    auto buf = std::make_shared<at::Tensor>();
+    auto all = std::make_shared<at::Tensor>();
+    return Job{[=, this] {
+                 *buf = staged(t);
+                 applyPremul(red, *buf);
+                 if (red.host) {
+                   *all = at::empty({size, t.numel()}, t.options());
+                   check(acclAllGather(ptr(*buf), ptr(*all), bytes(t), acclUint8, comm_, nullptr),
+                         "acclAllGather");
+                 } else {
+                   check(acclAllReduce(ptr(*buf), ptr(*buf), t.numel() * red.mult, red.type,
+                                       red.op, comm_, nullptr),
+                         "acclAllReduce");
+                 }
+               },
+               [=] {
+                 if (red.host) buf->copy_(hostFold(*all, red, size).view(buf->sizes()));
+                 writeBack(t, *buf);
+               }};
+  }
+
+  Job allgatherBaseJob(const at::Tensor& out, const at::Tensor& in) {
+    const char* op = "all_gather_into_tensor";
+    checkTensor(in, op);
+    checkSame(out, in, in.numel() * getSize(), op);
+    auto src = std::make_shared<at::Tensor>();
+    auto dst = std::make_shared<at::Tensor>();
+    return Job{[=, this] {
+                 *src = in.contiguous();
+                 *dst = staged(out);
+                 check(acclAllGather(ptr(*src), ptr(*dst), bytes(in), acclUint8, comm_, nullptr),
+                       "acclAllGather");
+               },
+               [=] { writeBack(out, *dst); }};
+  }
+
+  // Reduces the flat input (size blocks of out.numel()) and scatters block r to rank r.
+  Job reduceScatterJob(const at::Tensor& out, std::shared_ptr<at::Tensor> flat, const Red& red) {
+    int size = getSize(), rank = getRank();
+    auto dst = std::make_shared<at::Tensor>();
+    auto all = std::make_shared<at::Tensor>();
+    return Job{[=, this] {
+                 applyPremul(red, *flat);
+                 *dst = staged(out);
+                 if (red.host) {
+                   *all = at::empty({size, flat->numel()}, out.options());
+                   check(acclAllGather(ptr(*flat), ptr(*all), bytes(*flat), acclUint8, comm_,
+                                       nullptr),
+                         "acclAllGather");
+                 } else {
+                   check(acclReduceScatter(ptr(*flat), ptr(*dst), out.numel() * red.mult,
+                                           red.type, red.op, comm_, nullptr),
+                         "acclReduceScatter");
+                 }
+               },
+               [=] {
+                 if (red.host) {
+                   at::Tensor folded = hostFold(all->view({size, size, out.numel()}), red, size);
+                   dst->copy_(folded[rank].view(dst->sizes()));
+                 }
+                 writeBack(out, *dst);
+               }};
+  }
+
+  Job reduceScatterBaseJob(const at::Tensor& out, const at::Tensor& in,
+                           const c10d::ReduceScatterOptions& opts, const char* op) {
+    checkTensor(out, op);
+    checkSame(in, out, out.numel() * getSize(), op);
+    Red red = reduction(out.scalar_type(), opts.reduceOp, op);
+    auto flat = std::make_shared<at::Tensor>();
+    Job rs = reduceScatterJob(out, flat, red);
+    // A private copy when PREMUL_SUM would otherwise scale the caller's input.
+    bool copy = red.isPremul;
+    return Job{[=] {
+                 *flat = copy ? in.reshape({-1}).clone() : in.contiguous().view({-1});
+                 rs.run();
+               },
+               rs.post};
+  }
+
+  // Byte offsets and lengths of the blocks along dim 0 (equal blocks when `splits` is empty).
+  void splitBytes(const at::Tensor& t, const std::vector<int64_t>& splits, const char* op,
+                  const char* what, std::vector<size_t>* off, std::vector<size_t>* len) {
+    int size = getSize();
+    int64_t rows = t.dim() ? t.size(0) : 1;
+    size_t rowBytes = rows ? bytes(t) / rows : 0;
+    std::vector<int64_t> s = splits;
+    if (s.empty()) {
+      TORCH_CHECK(rows % size == 0, "accl ", op, ": ", rows, " ", what, " rows do not split into ",
+                  size, " equal blocks");
+      s.assign(size, rows / size);
+    }
+    TORCH_CHECK(s.size() == size_t(size), "accl ", op, ": ", s.size(), " ", what,
+                " split sizes for ", size, " ranks");
+    int64_t sum = 0;
+    for (int64_t x : s) {
+      TORCH_CHECK(x >= 0, "accl ", op, ": negative ", what, " split size ", x);
+      off->push_back(sum * rowBytes);
+      len->push_back(x * rowBytes);
+      sum += x;
+    }
+    TORCH_CHECK(sum == rows, "accl ", op, ": ", what, " split sizes add up to ", sum, ", but the ",
+                what, " has ", rows, " rows");
+  }
+
+  // Each rank sends block p of src to rank p and receives rank p's block into block p of dst.
+  // Empty blocks are skipped on both sides, which agree on them when the splits match.
+  void exchange(const char* src, const std::vector<size_t>& sOff, const std::vector<size_t>& sLen,
+                char* dst, const std::vector<size_t>& rOff, const std::vector<size_t>& rLen) {
+    int rank = getRank();
+    TORCH_CHECK(sLen[rank] == rLen[rank], "accl all_to_all_single: this rank sends ",
+                sLen[rank], " bytes to itself but expects ", rLen[rank]);
+    memcpy(dst + rOff[rank], src + sOff[rank], sLen[rank]);
+    check(acclGroupStart(), "acclGroupStart");
+    std::exception_ptr err;
+    try {
+      for (int p = 0; p < getSize(); ++p) {
+        if (p == rank) continue;
+        if (sLen[p])
+          check(acclSend(src + sOff[p], sLen[p], acclUint8, p, comm_, nullptr), "acclSend");
+        if (rLen[p])
+          check(acclRecv(dst + rOff[p], rLen[p], acclUint8, p, comm_, nullptr), "acclRecv");
+      }
+    } catch (...) {
+      err = std::current_exception();
+    }
+    acclResult_t r = acclGroupEnd();
+    if (err) std::rethrow_exception(err);
+    check(r, "acclGroupEnd (all_to_all_single)");
+  }
+
+  c10::intrusive_ptr<c10d::Work> enqueue(OpType type, std::vector<Tensors> outputs,
+                                         std::vector<Job> jobs, bool grouped = false) {
+    std::unique_lock<std::mutex> lock(mu_);
+    TORCH_CHECK(!closed_, "accl: the process group was ",
+                aborted_ ? "aborted" : "shut down", "; create a new one");
+    auto work = c10::make_intrusive<WorkACCL>(getRank(), type, ++seq_, std::move(outputs));
+    if (coalescing_) {
+      for (auto& j : jobs) pending_.jobs.push_back(std::move(j));
+      pending_.works.push_back(work);
+      return work;
+    }
+    Entry e{std::move(jobs), {work}, grouped};
+    queue_.push_back(std::move(e));
+    cv_.notify_one();
+    return work;
+  }
+
+  void push(Entry e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) {
+      auto err = std::make_exception_ptr(c10::DistBackendError(
+          {__func__, __FILE__, uint32_t(__LINE__)}, "accl: the process group was closed"));
+      for (auto& w : e.works) w->complete(err);
+      return;
+    }
+    queue_.push_back(std::move(e));
+    cv_.notify_one();
+  }
+
+  static void runEntry(Entry& e) {
+    if (!e.grouped || e.jobs.size() <= 1) {
+      for (auto& j : e.jobs) {
+        j.run();
+        if (j.post) j.post();
+      }
+      return;
+    }
+    check(acclGroupStart(), "acclGroupStart");
+    std::exception_ptr err;
+    for (auto& j : e.jobs) {
+      try {
+        j.run();
+      } catch (...) {
+        if (!err) err = std::current_exception();
+      }
+    }
+    acclResult_t r = acclGroupEnd();
+    if (err) std::rethrow_exception(err);
+    check(r, "acclGroupEnd");
+    for (auto& j : e.jobs)
+      if (j.post) j.post();
+  }
+
+  void loop() {
+    for (;;) {
+      Entry e;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return !queue_.empty() || stop_; });
+        if (queue_.empty()) return;
+        e = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::exception_ptr err;
+      try {
+        if (aborted_.load())
+          fail("accl: the process group was aborted before this operation ran");
+        runEntry(e);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      for (auto& w : e.works) w->complete(err);
+    }
+  }
+
+  void close(bool abort) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return;
+      closed_ = true;
+      stop_ = true;
+      if (abort) aborted_ = true;
+      cv_.notify_one();
+    }
+    // acclCommAbort wakes a call blocked in the worker; the handle stays safe to pass to accl
+    // (calls on it then fail), so the worker can finish and fail what is left.
+    if (abort) acclCommAbort(comm_);
+    if (worker_.joinable()) {
+      if (worker_.get_id() == std::this_thread::get_id())
+        worker_.detach();  // closed from a future callback on the worker itself
+      else
+        worker_.join();
+    }
+    if (!abort) acclCommDestroy(comm_);
+  }
+
+  acclComm_t comm_ = nullptr;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Entry> queue_;
+  Entry pending_;  // ops issued while coalescing
+  bool coalescing_ = false;
+  bool stop_ = false;
+  bool closed_ = false;
+  std::atomic<bool> aborted_{false};
+  uint64_t seq_ = 0;
+  std::thread worker_;
+};
+
+}  // namespace accl_torch
+
+PYBIND11_MODULE(_accl_torch, m) {
+  namespace py = pybind11;
+  m.doc() = "The torch.distributed backend of accl; use it through accl.distributed.";
+  // The base class must be known to pybind11 before a subclass is registered.
+  py::module_::import("torch.distributed");
+  m.attr("torch_version") = ACCL_TORCH_VERSION;
+  py::class_<accl_torch::ProcessGroupACCL, c10d::Backend,
+             c10::intrusive_ptr<accl_torch::ProcessGroupACCL>>(m, "ProcessGroupACCL")
+      .def(py::init<const std::string&, int, int, double>(), py::arg("unique_id"),
+           py::arg("rank"), py::arg("size"), py::arg("timeout"),
+           py::call_guard<py::gil_scoped_release>());
+}
