@@ -397,7 +397,7 @@ acclResult_t release(const char* name, acclComm_t comm, bool abort) {
                  expected == acclComm::kDead ? "the communicator was already destroyed"
                                              : "comm does not point to an accl communicator");
     Comm& c = *comm->impl;
-    if (abort || comm->inflight.load() > 0 || c.initThread.joinable())
+    if (abort || comm->inflight.load() > 0 || c.asyncError.load() == acclInProgress)
       __atomic_store_n(&c.abortFlag, 1, __ATOMIC_RELEASE);
     // Every wait polls the abort flag at least every 50 ms, so this ends promptly.
     while (comm->inflight.load() > 0) usleep(1000);
@@ -818,7 +818,13 @@ acclResult_t acclGroupEnd(void) {
       const acclBackend_v1* b = op.handle->impl->backend;
       if (std::find(backends.begin(), backends.end(), b) == backends.end()) backends.push_back(b);
     }
-    for (auto* b : backends) b->groupStart();
+    for (auto* b : backends) {
+      takeBackendMessage();
+      acclResult_t r = b->groupStart();
+      if (r != acclSuccess)
+        ACCL_THROW(r, "backend %s could not start a group: %s", b->name,
+                   takeBackendMessage().c_str());
+    }
     acclResult_t first = acclSuccess;
     std::string firstMsg;
     for (auto& op : ops) {

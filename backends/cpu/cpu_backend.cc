@@ -109,7 +109,15 @@ void runP2p(std::vector<P2pOp>& ops) {
   auto checkAbort = [&] {
     for (auto& op : ops) {
       if (op.done == op.chunks) continue;
-      op.comm->checkAbort([&](int r) { return r == op.peer; });
+      // The peer is awaited while this operation cannot move: no data to take, no room to give.
+      op.comm->checkAbort([&](int r) {
+        if (r != op.peer) return false;
+        int me = op.comm->rank();
+        ChannelCtrl& ch = op.send ? op.comm->channel(me, r) : op.comm->channel(r, me);
+        uint64_t head = ch.head.load(std::memory_order_acquire);
+        uint64_t tail = ch.tail.load(std::memory_order_acquire);
+        return op.send ? tail - head >= kP2pBufs : head == tail;
+      });
     }
   };
   Backoff wait(timeout, checkAbort);

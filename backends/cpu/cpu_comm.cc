@@ -235,7 +235,9 @@ void CpuComm::checkPeersAlive(const std::function<bool(int)>& awaited) const {
   nextLivenessCheck_ = now + std::chrono::milliseconds(200);
   std::string gone;
   for (int r = 0; r < nranks_; ++r)
-    if (r != rank_ && awaited(r) && processStartTime(ctrl_[r].pid) != ctrl_[r].startTime)
+    // Death first, then `awaited`: a rank that did its part and then exited is not awaited by
+    // the time its death is seen, and a dead process does nothing more.
+    if (r != rank_ && processStartTime(ctrl_[r].pid) != ctrl_[r].startTime && awaited(r))
       gone += format("%s%d (pid %lld)", gone.empty() ? "" : ", ", r, (long long)ctrl_[r].pid);
   if (gone.empty()) return;
   char host[64] = "";
