@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 BUILD  := build
 JOBS   ?= $(shell nproc)
 
-.PHONY: setup build test test-cpp test-python demo wheel clean
+.PHONY: setup build test test-cpp test-python test-sanitize demo wheel clean
 
 setup: $(VENV)/.stamp
 $(VENV)/.stamp: requirements-dev.txt
@@ -34,9 +34,26 @@ test: test-cpp test-python
 demo: build
 	PYTHONPATH=python $(PY) -m accl.launch -n 4 $(abspath $(PY)) -m accl.perf all_reduce -b 8 -e 64M -f 4 -c 1
 
+# Both suites under AddressSanitizer and UndefinedBehaviorSanitizer, in a build of its own
+# (build-sanitize/, with its package directory build-sanitize/python/accl).
+SAN       := build-sanitize
+SANFLAGS  := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+SANENV    := ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
+test-sanitize: setup
+	cmake -S . -B $(SAN) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACCL_BUILD_TESTS=ON \
+	      -DCMAKE_C_FLAGS="$(SANFLAGS)" -DCMAKE_CXX_FLAGS="$(SANFLAGS)" \
+	      -DACCL_OUTPUT_DIR=$(abspath $(SAN))/python/accl -DPython_EXECUTABLE=$(abspath $(PY))
+	cmake --build $(SAN) -j $(JOBS)
+	ln -sf $(abspath python/accl)/*.py $(abspath python/accl)/*.pyi $(abspath python/accl)/py.typed \
+	       $(SAN)/python/accl/
+	$(SANENV) ctest --test-dir $(SAN) --output-on-failure --timeout 600
+	# Python itself is not instrumented: the sanitizer runtime must be loaded first.
+	$(SANENV) LD_PRELOAD=$$($(CXX) -print-file-name=libasan.so) PYTHONPATH=$(SAN)/python \
+	  ACCL_BUILD_DIR=$(abspath $(SAN)) $(PY) -m pytest -q -p no:cacheprovider tests/python
+
 # The installable wheel (scikit-build-core), as pip would build it.
 wheel: setup
 	$(PY) -m pip wheel --no-build-isolation --no-deps -w dist .
 
 clean:
-	rm -rf $(BUILD) dist python/accl/*.so python/accl/*.so.*
+	rm -rf $(BUILD) $(SAN) dist python/accl/*.so python/accl/*.so.*

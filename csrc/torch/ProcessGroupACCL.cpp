@@ -18,6 +18,8 @@
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
+#include <cxxabi.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -43,9 +45,19 @@ using Tensors = std::vector<at::Tensor>;
 
 [[noreturn]] void fail(const std::string& msg) { C10_THROW_ERROR(DistBackendError, msg); }
 
+std::exception_ptr errorPtr(const std::string& msg) {
+  try {
+    fail(msg);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
 // An accl call failed: its message already names the op, sequence number and missing ranks.
 void check(acclResult_t r, const char* call) {
-  if (r != acclSuccess) fail(std::string("accl: ") + call + " failed: " + acclGetLastError(nullptr));
+  if (r == acclSuccess) return;
+  std::string msg = acclGetLastError(nullptr);  // names the call, its sequence number, the ranks
+  fail("accl: " + (msg.empty() ? std::string(call) + " failed" : msg));
 }
 
 void* ptr(const at::Tensor& t) { return t.data_ptr(); }
@@ -201,8 +213,8 @@ at::Tensor hostFold(const at::Tensor& all, const Red& red, int size) {
       case ReduceOp::BXOR: acc.bitwise_xor_(x); break;
       case ReduceOp::SUM: case ReduceOp::AVG: acc.add_(x); break;
       case ReduceOp::PRODUCT: acc.mul_(x); break;
-      case ReduceOp::MIN: at::minimum_out(acc, acc, x); break;
-      case ReduceOp::MAX: at::maximum_out(acc, acc, x); break;
+      case ReduceOp::MIN: acc = at::minimum(acc, x); break;
+      case ReduceOp::MAX: acc = at::maximum(acc, x); break;
       default: fail("accl: unexpected host reduction");
     }
   }
@@ -275,6 +287,29 @@ class ProcessGroupACCL : public c10d::Backend {
 
   ~ProcessGroupACCL() override { shutdown(); }
 
+  static c10::intrusive_ptr<ProcessGroupACCL> create(const std::string& uid, int rank, int size,
+                                                     double timeoutSeconds) {
+    auto pg = c10::make_intrusive<ProcessGroupACCL>(uid, rank, size, timeoutSeconds);
+    std::lock_guard<std::mutex> lock(liveMutex());
+    std::erase_if(live(), [](const auto& w) { return w.expired(); });
+    live().emplace_back(pg);
+    return pg;
+  }
+
+  // Shuts down every process group still alive; accl.distributed calls it at interpreter exit,
+  // before finalization. A worker may drop the last reference to a tensor that has a Python
+  // object, which takes the GIL; a thread that asks for the GIL during finalization is ended
+  // in the middle of a destructor, and that aborts the process.
+  static void closeAll() {
+    std::vector<c10::intrusive_ptr<ProcessGroupACCL>> groups;
+    {
+      std::lock_guard<std::mutex> lock(liveMutex());
+      for (auto& w : live())
+        if (auto pg = w.lock()) groups.push_back(std::move(pg));
+    }
+    for (auto& pg : groups) pg->shutdown();
+  }
+
   const std::string getBackendName() const override { return "accl"; }
   bool supportsCoalescing() const override { return true; }
 
@@ -321,7 +356,8 @@ class ProcessGroupACCL : public c10d::Backend {
     auto all = std::make_shared<at::Tensor>();
     int size = getSize(), rank = getRank();
     Job job{[=, this] {
-              *buf = staged(t);
+              // PREMUL_SUM scales a private copy: off the root the tensor must stay as it was.
+              *buf = red.isPremul ? t.contiguous().clone() : staged(t);
               applyPremul(red, *buf);
               if (red.host) {
                 *all = at::empty({size, t.numel()}, t.options());
@@ -629,15 +665,16 @@ class ProcessGroupACCL : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> endCoalescing() override {
     Entry e;
+    c10::intrusive_ptr<WorkACCL> work;
     {
       std::lock_guard<std::mutex> lock(mu_);
       TORCH_CHECK(coalescing_, "accl: endCoalescing without startCoalescing");
       coalescing_ = false;
       e = std::move(pending_);
       pending_ = Entry();
+      work = c10::make_intrusive<WorkACCL>(getRank(), OpType::COALESCED, seq_,
+                                           std::vector<Tensors>{});
     }
-    auto work = c10::make_intrusive<WorkACCL>(getRank(), OpType::COALESCED, seq_,
-                                              std::vector<Tensors>{});
     e.works.push_back(work);
     e.grouped = true;
     push(std::move(e));
@@ -811,7 +848,11 @@ class ProcessGroupACCL : public c10d::Backend {
     std::unique_lock<std::mutex> lock(mu_);
     TORCH_CHECK(!closed_, "accl: the process group was ",
                 aborted_ ? "aborted" : "shut down", "; create a new one");
-    auto work = c10::make_intrusive<WorkACCL>(getRank(), type, ++seq_, std::move(outputs));
+    // As NCCL: the group's sequence number counts collectives; sends and receives count apart,
+    // since they need not be the same on every rank.
+    bool p2p = type == OpType::SEND || type == OpType::RECV;
+    uint64_t seq = p2p ? ++p2pSeq_ : ++seq_;
+    auto work = c10::make_intrusive<WorkACCL>(getRank(), type, seq, std::move(outputs));
     if (coalescing_) {
       for (auto& j : jobs) pending_.jobs.push_back(std::move(j));
       pending_.works.push_back(work);
@@ -826,8 +867,7 @@ class ProcessGroupACCL : public c10d::Backend {
   void push(Entry e) {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) {
-      auto err = std::make_exception_ptr(c10::DistBackendError(
-          {__func__, __FILE__, uint32_t(__LINE__)}, "accl: the process group was closed"));
+      auto err = errorPtr("accl: the process group was closed");
       for (auto& w : e.works) w->complete(err);
       return;
     }
@@ -874,6 +914,8 @@ class ProcessGroupACCL : public c10d::Backend {
         if (aborted_.load())
           fail("accl: the process group was aborted before this operation ran");
         runEntry(e);
+      } catch (abi::__forced_unwind&) {
+        throw;  // the thread is being cancelled: let it end
       } catch (...) {
         err = std::current_exception();
       }
@@ -894,12 +936,27 @@ class ProcessGroupACCL : public c10d::Backend {
     // (calls on it then fail), so the worker can finish and fail what is left.
     if (abort) acclCommAbort(comm_);
     if (worker_.joinable()) {
-      if (worker_.get_id() == std::this_thread::get_id())
+      if (worker_.get_id() == std::this_thread::get_id()) {
         worker_.detach();  // closed from a future callback on the worker itself
-      else
+      } else if (Py_IsInitialized() && PyGILState_Check()) {
+        // Reached from Python (say, a DDP Reducer freed with this group): the worker may need
+        // the GIL to finish, to drop a tensor that has a Python object. Let go of it meanwhile.
+        pybind11::gil_scoped_release nogil;
         worker_.join();
+      } else {
+        worker_.join();
+      }
     }
     if (!abort) acclCommDestroy(comm_);
+  }
+
+  static std::mutex& liveMutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<c10::weak_intrusive_ptr<ProcessGroupACCL>>& live() {
+    static std::vector<c10::weak_intrusive_ptr<ProcessGroupACCL>> v;
+    return v;
   }
 
   acclComm_t comm_ = nullptr;
@@ -911,7 +968,8 @@ class ProcessGroupACCL : public c10d::Backend {
   bool stop_ = false;
   bool closed_ = false;
   std::atomic<bool> aborted_{false};
-  uint64_t seq_ = 0;
+  uint64_t seq_ = 0;     // collectives issued
+  uint64_t p2pSeq_ = 0;  // sends and receives issued
   std::thread worker_;
 };
 
@@ -925,7 +983,14 @@ PYBIND11_MODULE(_accl_torch, m) {
   m.attr("torch_version") = ACCL_TORCH_VERSION;
   py::class_<accl_torch::ProcessGroupACCL, c10d::Backend,
              c10::intrusive_ptr<accl_torch::ProcessGroupACCL>>(m, "ProcessGroupACCL")
-      .def(py::init<const std::string&, int, int, double>(), py::arg("unique_id"),
+      .def(py::init([](const std::string& uid, int rank, int size, double timeout) {
+             return accl_torch::ProcessGroupACCL::create(uid, rank, size, timeout);
+           }),
+           py::arg("unique_id"),
            py::arg("rank"), py::arg("size"), py::arg("timeout"),
-           py::call_guard<py::gil_scoped_release>());
+           py::call_guard<py::gil_scoped_release>())
+      ;
+  // The GIL is released so that the workers can take it while they finish.
+  m.def("_close_all", &accl_torch::ProcessGroupACCL::closeAll,
+        py::call_guard<py::gil_scoped_release>());
 }

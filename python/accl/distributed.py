@@ -1,0 +1,134 @@
+"""The torch.distributed backend "accl".
+
+    import torch.distributed as dist
+    import accl.distributed                 # registers "accl" (automatic when accl is installed)
+    dist.init_process_group("accl")         # env:// (torchrun, accl.launch), tcp://, file://
+
+Importing this module imports torch and registers the backend with
+``torch.distributed.Backend.register_backend``. An installed accl (pip) registers it by itself:
+torch calls ``_autoload`` through the ``torch.backends`` entry point at ``import torch`` unless
+``TORCH_DEVICE_BACKEND_AUTOLOAD=0``. An in-tree build (``PYTHONPATH=python``) has no entry
+points: import this module.
+
+The backend is the C++ ``c10d::Backend`` in ``accl._accl_torch``, built against one exact torch.
+Importing this module under another torch raises ImportError naming both versions. See
+docs/torch.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import re
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from . import get_unique_id
+
+__all__ = ["BACKEND", "ProcessGroupACCL", "built_for", "create_backend"]
+
+BACKEND = "accl"
+_REBUILD = (
+    "rebuild accl against the running torch: `make build` in an accl checkout (in-tree), or "
+    "`pip install --no-build-isolation --force-reinstall .`"
+)
+
+
+def built_for() -> str | None:
+    """The torch version accl._accl_torch was compiled against, or None if it was not built.
+
+    Read from the file rather than from the module: a module compiled against another torch
+    may fail to load at all, with an error that names neither version.
+    """
+    spec = importlib.util.find_spec("accl._accl_torch")
+    if spec is None or not spec.origin:
+        return None
+    with open(spec.origin, "rb") as f:
+        m = re.search(rb"accl-torch-built-for:([^;\x00]+);", f.read())
+    return m.group(1).decode() if m else "unknown"
+
+
+def _load() -> Any:
+    want = built_for()
+    if want is None:
+        raise ImportError(
+            "accl.distributed: accl was built without its torch backend (accl._accl_torch): "
+            f"torch was not importable when accl was built. {_REBUILD[0].upper()}{_REBUILD[1:]}"
+        )
+    if want != torch.__version__:
+        raise ImportError(
+            f"accl.distributed: accl's torch backend was built for torch {want}, but torch "
+            f"{torch.__version__} is running; {_REBUILD}"
+        )
+    from . import _accl_torch
+
+    return _accl_torch
+
+
+def _torch_initializing() -> bool:
+    # True while torch's own import runs, i.e. when torch's entry-point autoload imports us.
+    return bool(getattr(getattr(torch, "__spec__", None), "_initializing", False))
+
+
+try:
+    _ext = _load()
+    _unavailable = ""
+except ImportError as e:
+    # Raising here during `import torch` (autoload) would make `import torch` itself fail, for
+    # every program. Then register "accl" with a creator that raises this reason instead.
+    if not _torch_initializing():
+        raise
+    _ext = None
+    _unavailable = str(e)
+ProcessGroupACCL = _ext.ProcessGroupACCL if _ext is not None else None
+
+@atexit.register
+def _close_all() -> None:
+    # Lets every group's worker thread finish and stop while Python is still fully alive (see
+    # ProcessGroupACCL::closeAll). After destroy_process_group() there is nothing left to do.
+    if _ext is not None:
+        _ext._close_all()
+
+
+def _seconds(timeout: Any) -> float:
+    if isinstance(timeout, timedelta):
+        return timeout.total_seconds()
+    return float(timeout)
+
+
+def create_backend(opts: Any, backend_options: Any = None) -> Any:
+    """The creator torch calls (extended API): a ProcessGroupACCL for this rank of the group.
+
+    Rank 0 of the group makes the accl unique id (its process hosts the rendezvous) and
+    publishes it through the c10d store torch gives; the other ranks read it from there.
+    """
+    store, rank, size = opts.store, opts.group_rank, opts.group_size
+    key = "accl/unique_id"  # the store is already prefixed with the group's name
+    if rank == 0:
+        uid = get_unique_id()
+        store.set(key, uid)
+    else:
+        uid = store.get(key)
+    return ProcessGroupACCL(bytes(uid), rank, size, _seconds(opts.timeout))
+
+
+def _unavailable_creator(*args: Any) -> Any:
+    raise RuntimeError(_unavailable)
+
+
+def _register() -> None:
+    if BACKEND.upper() not in dist.Backend._plugins:
+        creator = create_backend if _ext is not None else _unavailable_creator
+        dist.Backend.register_backend(BACKEND, creator, extended_api=True, devices=["cpu"])
+
+
+_register()
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group, called during ``import torch``: importing
+    this module registered the backend already (or, when it cannot load, a creator that says
+    why, since an exception here would make ``import torch`` fail)."""
