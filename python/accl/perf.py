@@ -1,14 +1,22 @@
-"""A bandwidth sweep in the style of nccl-tests.
+"""A bandwidth sweep in the style of nccl-tests, for accl and, side by side, gloo and MPI.
 
-    python -m accl.launch -n 4 python -m accl.perf all_reduce -b 8 -e 64M -f 2 -c 1
+    accl-perf all_reduce -np 4 -b 8 -e 64M -f 2 -c 1
+    accl-perf all_reduce all_gather -np 2 --compare gloo,mpi --passes 3 --plot perf.png -J perf.json
+    torchrun --nproc-per-node 4 -m accl.perf all_reduce        (or mpirun, or python -m accl.launch)
 
-Runs under any launcher accl.init() knows (alone it is one rank). For every size it times
-`-n` back-to-back calls (after `-w` warm-up calls) out of place and in place, inside the C++
-core (Comm.time_op); the time reported is the slowest rank's. algbw is bytes / time and busbw
-is algbw times nccl-tests' bus factor for the collective, in decimal GB/s. `-c 1` then runs one
-call per mode on fresh data and counts the elements that differ from a numpy reference (#wrong,
-summed over ranks). Rank 0 prints the table to stdout; `-J file` also writes it as JSON. The
-exit status is 1 if any element was wrong.
+Under a launcher, every rank runs the sweep. For every size it times `-n` back-to-back calls
+(after `-w` warm-up calls, and a barrier) out of place and in place; for accl the loop runs in
+the C++ core (Comm.time_op) so the figure holds no Python. The time reported is the slowest
+rank's. algbw is bytes / time and busbw is algbw times nccl-tests' bus factor for the
+collective, in decimal GB/s. `-c 1` then runs one call per mode on fresh data and counts the
+elements that differ from a numpy reference (#wrong, summed over ranks). Rank 0 prints the
+table to stdout and, when stderr is a terminal, a progress line there; `-J file` also writes
+the results as JSON. The exit status is 1 if any element was wrong.
+
+`--library gloo|mpi` runs the same harness over torch.distributed's gloo or mpi4py instead
+(perf_peers.py). Without a launcher, `-np N` starts N local ranks itself, and `--compare` runs
+the sweep of each library in turn, interleaved over `--passes` passes, and prints medians and
+accl's ratio to each peer (perf_compare.py).
 
 Each collective is described by one Collective entry below; the harness does the rest.
 """
@@ -19,7 +27,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -130,6 +138,12 @@ COLLECTIVES = {
             ),
         ),
         Collective(
+            "sendrecv",  # each rank sends to the next and receives from the previous one
+            _whole,
+            lambda n: 1.0,
+            lambda gen, red, n, r, root, k: gen(0, k, (r - 1) % n),
+        ),
+        Collective(
             "gather",
             _gathered,
             _ring,
@@ -217,10 +231,17 @@ def _count_wrong(got: np.ndarray, want: np.ndarray, dtype: np.dtype, rtol: float
     return int(np.count_nonzero(g != w))
 
 
+LIBRARIES = ("accl", "gloo", "mpi")
+MODES = ("out_of_place", "in_place")
+
+
 @dataclass
 class Options:
     collectives: list[Collective]
-    sizes: list[int]
+    minbytes: int
+    maxbytes: int
+    stepfactor: int
+    stepbytes: int
     iters: int
     warmup: int
     check: bool
@@ -228,6 +249,28 @@ class Options:
     op: int
     root: int
     json_path: str | None
+    library: str = "accl"
+    nranks: int | None = None  # -np: ranks this process launches itself
+    compare: list[str] = field(default_factory=list)
+    passes: int = 1
+    plot: str | None = None
+
+    @property
+    def sizes(self) -> list[int]:
+        sizes, s = [], self.minbytes
+        while s <= self.maxbytes:
+            sizes.append(s)
+            s = s * self.stepfactor if self.stepfactor > 1 else s + self.stepbytes
+            if s == 0:
+                break  # -b 0 with a factor would loop forever
+        return sizes
+
+    def sweep_args(self) -> list[str]:
+        """The command line of one library's sweep, for the ranks -np / --compare launch."""
+        return [*(c.name for c in self.collectives), "-b", str(self.minbytes),
+                "-e", str(self.maxbytes), "-f", str(self.stepfactor), "-i", str(self.stepbytes),
+                "-n", str(self.iters), "-w", str(self.warmup), "-c", str(int(self.check)),
+                "-d", t.DTYPE_NAMES[self.dtype], "-o", t.OP_NAMES[self.op], "-r", str(self.root)]
 
 
 def parse_size(text: str) -> int:
@@ -239,8 +282,16 @@ def parse_size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8, 64K, 1M, 2G)") from None
 
 
+def _libraries(text: str) -> list[str]:
+    names = [n for n in text.split(",") if n]
+    bad = [n for n in names if n not in LIBRARIES]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown library {bad[0]!r}; choose from gloo, mpi")
+    return names
+
+
 def _parse(argv: list[str] | None) -> Options:
-    ap = argparse.ArgumentParser(prog="python -m accl.perf", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="accl-perf", description=__doc__.split("\n")[0])
     ap.add_argument("collective", nargs="+", help=", ".join(COLLECTIVES))
     ap.add_argument("-b", "--minbytes", type=parse_size, default=8,
                     help="smallest size in bytes; K, M, G suffixes (default 8)")
@@ -260,6 +311,15 @@ def _parse(argv: list[str] | None) -> Options:
                     help="reduction op (default sum)")
     ap.add_argument("-r", "--root", type=int, default=0, help="root rank (default 0)")
     ap.add_argument("-J", "--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument("-np", dest="nranks", type=int, metavar="N",
+                    help="start N local ranks (not under a launcher)")
+    ap.add_argument("--library", default="accl", choices=LIBRARIES,
+                    help="the library the sweep calls (default accl)")
+    ap.add_argument("--compare", type=_libraries, default=[], metavar="LIBS",
+                    help="also sweep these libraries (gloo,mpi) in the same run; needs -np")
+    ap.add_argument("--passes", type=int, default=None,
+                    help="interleaved passes over the libraries (default 3 with --compare, else 1)")
+    ap.add_argument("--plot", metavar="FILE.png", help="draw busbw and time against size")
     ns = ap.parse_args(argv)
     colls = []
     for name in ns.collective:
@@ -271,142 +331,266 @@ def _parse(argv: list[str] | None) -> Options:
         ap.error("-f must be > 1, or -f 1 with -i > 0")
     if ns.iters < 1 or ns.warmup_iters < 0 or ns.minbytes > ns.maxbytes:
         ap.error("need -n >= 1, -w >= 0 and -b <= -e")
-    sizes, s = [], ns.minbytes
-    while s <= ns.maxbytes:
-        sizes.append(s)
-        s = s * ns.stepfactor if ns.stepfactor > 1 else s + ns.stepbytes
-        if s == 0:
-            break  # -b 0 with a factor would loop forever
-    return Options(colls, sizes, ns.iters, ns.warmup_iters, bool(ns.check), _DTYPES[ns.datatype],
-                   _OPS[ns.op], ns.root, ns.json)
+    if ns.nranks is not None and ns.nranks < 1:
+        ap.error("-np must be at least 1")
+    if (ns.compare or ns.passes) and ns.nranks is None:
+        ap.error("--compare and --passes launch the ranks themselves: give -np N")
+    if ns.passes is not None and ns.passes < 1:
+        ap.error("--passes must be at least 1")
+    compare = [lib for lib in ns.compare if lib != ns.library]
+    passes = ns.passes or (3 if compare else 1)
+    return Options(colls, ns.minbytes, ns.maxbytes, ns.stepfactor, ns.stepbytes, ns.iters,
+                   ns.warmup_iters, bool(ns.check), _DTYPES[ns.datatype], _OPS[ns.op], ns.root,
+                   ns.json, ns.library, ns.nranks, compare, passes, ns.plot)
 
 
 def _fmt(v: float) -> str:
     return f"{v:.2f}" if v < 1e4 else f"{v:.1f}" if v < 1e5 else f"{v:.0f}"
 
 
+def human(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"
+
+
+class Progress:
+    """One line on stderr, rewritten in place; only on a terminal, so that logs and pipes
+    never get it, and never on stdout, which holds the table."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = sys.stderr if stream is None else stream
+        self.on = self.stream.isatty()
+        self.shown = False
+
+    def show(self, text: str) -> None:
+        if self.on:
+            self.stream.write(f"\r\x1b[K{text}")
+            self.stream.flush()
+            self.shown = bool(text)
+
+    def clear(self) -> None:
+        if self.shown:
+            self.show("")
+
+
+class Call(NamedTuple):
+    """One call as the harness asks a library to make it."""
+
+    name: str
+    src: np.ndarray  # this rank's input (in place: a view into the buffer `out` is a view of)
+    out: np.ndarray  # where this rank's result goes
+    count: int  # the count argument, as NCCL's API takes it
+    dtype: int
+    op: int
+    root: int
+    in_place: bool
+
+
+class NotAvailable(Exception):
+    """The library has no form of this call (the row shows N/A), e.g. MPI's in-place
+    reduce-scatter leaves the result where nccl-tests does not look for it."""
+
+
+class AcclRunner:
+    """Runs calls on an accl communicator; the loop is timed in C++."""
+
+    library = "accl"
+
+    def __init__(self, comm: Any) -> None:
+        self.comm, self.rank, self.size = comm, comm.rank, comm.size
+        self.backend = comm.backend
+        self._one = np.zeros(1, np.float64)
+
+    def time(self, c: Call, iters: int) -> float:
+        self.comm.barrier()  # every library's loop starts from a barrier
+        return self.comm._live().time_op(c.name, _addr(c.src), _addr(c.out), c.count, c.dtype,
+                                         c.op, c.root, iters)
+
+    def max(self, x: float) -> float:
+        self._one[0] = x
+        return float(self.comm.all_reduce(self._one, op=t.MAX)[0])
+
+    def sum(self, x: float) -> float:
+        self._one[0] = x
+        return float(self.comm.all_reduce(self._one, op=t.SUM)[0])
+
+    def close(self) -> None:
+        self.comm.destroy()
+
+
+def _addr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
 class Harness:
-    def __init__(self, comm: Any, opts: Options) -> None:
-        self.comm, self.opts = comm, opts
-        self.n, self.rank = comm.size, comm.rank
+    def __init__(self, runner: Any, opts: Options) -> None:
+        self.runner, self.opts = runner, opts
+        self.n, self.rank = runner.size, runner.rank
         self.np_dtype = _numpy_dtype(opts.dtype)
         self.itemsize = self.np_dtype.itemsize
         integer = self.np_dtype.kind in "iu"
         self.rtol = 0.0 if integer or opts.op != t.AVG else 2 * float(np.finfo(self.np_dtype).eps)
         self.red = _reducer(opts.op, integer)
-        self._one = np.zeros(1, np.float64)
-        self._wrong = np.zeros(1, np.int64)
-
-    def _slowest(self, seconds: float) -> float:
-        self._one[0] = seconds
-        return float(self.comm.all_reduce(self._one, op=t.MAX)[0])
-
-    def _total(self, wrong: int) -> int:
-        self._wrong[0] = wrong
-        return int(self.comm.all_reduce(self._wrong, op=t.SUM)[0])
 
     def run(self, coll: Collective, nbytes: int, send: np.ndarray, recv: np.ndarray) -> dict:
         """Times, and checks if asked, one size out of place (send -> recv) and in place (in
         recv). Both buffers hold at least nbytes."""
-        o, r, isz = self.opts, self.rank, self.itemsize
+        o, isz = self.opts, self.itemsize
         shape = coll.layout(nbytes // isz, self.n)
         elements = max(shape.send, shape.recv)
-        op = o.op if coll.reduces else t.SUM
-        root = o.root if coll.rooted else -1
-        timer = self.comm._live().time_op
-        sp, rp = send.__array_interface__["data"][0], recv.__array_interface__["data"][0]
         row: dict[str, Any] = {
-            "collective": coll.name, "size": elements * isz, "count": elements,
-            "type": t.DTYPE_NAMES[o.dtype], "redop": t.OP_NAMES[op] if coll.reduces else "none",
-            "root": root,
+            "library": self.runner.library, "pass": 1, "collective": coll.name,
+            "size": elements * isz, "count": elements, "type": t.DTYPE_NAMES[o.dtype],
+            "redop": t.OP_NAMES[o.op] if coll.reduces else "none",
+            "root": o.root if coll.rooted else -1,
         }
-        for mode, s, d in (
-            ("out_of_place", sp, rp),
-            ("in_place", rp + shape.send_off * r * isz, rp + shape.recv_off * r * isz),
-        ):
-            args = (coll.name, s, d, shape.count, o.dtype, op, max(root, 0))
-            if o.warmup:
-                timer(*args, o.warmup)
-            sec = self._slowest(timer(*args, o.iters) / o.iters)
+        for mode in MODES:
+            call = self._call(coll, shape, mode, send, recv)
+            try:
+                if o.warmup:
+                    self.runner.time(call, o.warmup)
+                sec = self.runner.max(self.runner.time(call, o.iters) / o.iters)
+            except NotAvailable:
+                row[mode] = None
+                continue
             algbw = elements * isz / sec / 1e9 if sec > 0 else 0.0
-            wrong = self._check(coll, mode, send, recv, args, shape) if o.check else None
+            wrong = self._check(coll, call, recv, shape) if o.check else None
             row[mode] = {"time_us": sec * 1e6, "algbw": algbw,
                          "busbw": algbw * coll.busbw_factor(self.n), "wrong": wrong}
         return row
 
-    def _check(self, coll: Collective, mode: str, send: np.ndarray, recv: np.ndarray,
-               args: tuple, shape: Shape) -> int:
+    def _call(self, coll: Collective, shape: Shape, mode: str, send: np.ndarray,
+              recv: np.ndarray) -> Call:
+        r = self.rank
+        if mode == "out_of_place":
+            src, out = send[: shape.send], recv[: shape.recv]
+        else:  # nccl-tests' in-place layout: both are views of the receive buffer
+            src = recv[shape.send_off * r: shape.send_off * r + shape.send]
+            out = recv[shape.recv_off * r: shape.recv_off * r + shape.recv]
+        op = self.opts.op if coll.reduces else t.SUM
+        return Call(coll.name, src, out, shape.count, self.opts.dtype, op,
+                    self.opts.root if coll.rooted else 0, mode == "in_place")
+
+    def warm_up(self, coll: Collective, nbytes: int, send: np.ndarray, recv: np.ndarray) -> None:
+        """-w calls at the largest size before a collective's sweep, as nccl-tests does: the
+        first touch of the buffers and of the library's own memory is not the first size's."""
+        call = self._call(coll, coll.layout(nbytes // self.itemsize, self.n), "out_of_place",
+                          send, recv)
+        if self.opts.warmup:
+            self.runner.time(call, self.opts.warmup)
+
+    def _check(self, coll: Collective, call: Call, recv: np.ndarray, shape: Shape) -> int:
         """Runs the call once more on fresh data; the wrong elements over all ranks."""
         n, r = self.n, self.rank
         gen = _generator(coll.reduces, self.opts.op, n)
         recv[: max(shape.send, shape.recv)] = SENTINEL
-        if mode == "out_of_place":
-            src, out = send[: shape.send], recv[: shape.recv]
-        else:
-            src = recv[shape.send_off * r: shape.send_off * r + shape.send]
-            out = recv[shape.recv_off * r: shape.recv_off * r + shape.recv]
-        src[:] = gen(0, shape.send, r).astype(self.np_dtype)
-        self.comm._live().time_op(*args, 1)
+        call.src[:] = gen(0, shape.send, r).astype(self.np_dtype)
+        self.runner.time(call, 1)
         want = coll.expected(gen, self.red, n, r, self.opts.root, shape.count)
-        wrong = 0 if want is None else _count_wrong(out, want, self.np_dtype, self.rtol)
-        return self._total(wrong)
+        wrong = 0 if want is None else _count_wrong(call.out, want, self.np_dtype, self.rtol)
+        return int(self.runner.sum(wrong))
+
+
+def make_runner(library: str) -> Any:
+    if library == "accl":
+        return AcclRunner(init())
+    from . import perf_peers
+
+    return perf_peers.GlooRunner() if library == "gloo" else perf_peers.MpiRunner()
 
 
 def main(argv: list[str] | None = None) -> int:
     opts = _parse(argv)
     _numpy_dtype(opts.dtype)  # fails now, not after every rank has joined
-    comm = init()
+    if opts.nranks is not None:
+        from . import perf_compare
+
+        return perf_compare.drive(opts)
+    runner = make_runner(opts.library)
     try:
-        if not 0 <= opts.root < comm.size:
-            raise SystemExit(f"accl.perf: -r {opts.root} is not a rank of {comm.size}")
-        return _sweep(comm, opts)
+        if not 0 <= opts.root < runner.size:
+            raise SystemExit(f"accl.perf: -r {opts.root} is not a rank of {runner.size}")
+        return _sweep(runner, opts)
     finally:
-        comm.destroy()
+        runner.close()
 
 
-def _sweep(comm: Any, opts: Options) -> int:
-    h = Harness(comm, opts)
+def table_header(coll: str) -> list[str]:
+    return [f"#\n# {coll}\n#",
+            f"# {'':53s}{'out-of-place':^34s}{'in-place':^34s}",
+            f"# {'size':>10s}  {'count':>12s}  {'type':>11s}  {'redop':>6s}  {'root':>6s}"
+            + f"  {'time':>8s}  {'algbw':>6s}  {'busbw':>6s}  {'#wrong':>6s}" * 2,
+            f"# {'(B)':>10s}  {'(elements)':>12s}  {'':>11s}  {'':>6s}  {'':>6s}"
+            + f"  {'(us)':>8s}  {'(GB/s)':>6s}  {'(GB/s)':>6s}  {'':>6s}" * 2]
+
+
+def table_row(row: dict) -> str:
+    line = (f"  {row['size']:10d}  {row['count']:12d}  {row['type']:>11s}  "
+            f"{row['redop']:>6s}  {row['root']:6d}")
+    for mode in MODES:
+        m = row[mode]
+        if m is None:
+            line += f"  {'N/A':>8s}  {'N/A':>6s}  {'N/A':>6s}  {'N/A':>6s}"
+            continue
+        wrong = "N/A" if m["wrong"] is None else str(m["wrong"])
+        line += f"  {_fmt(m['time_us']):>8s}  {m['algbw']:6.2f}  {m['busbw']:6.2f}  {wrong:>6s}"
+    return line
+
+
+def totals(rows: list[dict]) -> tuple[int, float]:
+    """The wrong elements and the average busbw over every measured (row, mode)."""
+    done = [row[m] for row in rows for m in MODES if row[m] is not None]
+    avg = sum(m["busbw"] for m in done) / len(done) if done else 0.0
+    return sum(m["wrong"] or 0 for m in done), avg
+
+
+def _sweep(runner: Any, opts: Options) -> int:
+    h = Harness(runner, opts)
     top = opts.sizes[-1] // h.itemsize
     send = np.zeros(top, h.np_dtype)
     recv = np.zeros(top, h.np_dtype)
-    lead = comm.rank == 0
+    lead = runner.rank == 0
+    progress = Progress() if lead else None
     rows = []
     say = print if lead else (lambda *a, **k: None)
-    say(f"# accl.perf: {comm.size} ranks, backend {comm.backend}, {opts.iters} iters, "
-        f"{opts.warmup} warmup iters, check {int(opts.check)}")
+    say(f"# accl.perf: {runner.size} ranks, library {runner.library} (backend {runner.backend}), "
+        f"{opts.iters} iters, {opts.warmup} warmup iters, check {int(opts.check)}")
+    todo = len(opts.collectives) * len(opts.sizes)
     for coll in opts.collectives:
-        say(f"#\n# {coll.name}\n#")
-        say(f"# {'':53s}{'out-of-place':^34s}{'in-place':^34s}")
-        say(f"# {'size':>10s}  {'count':>12s}  {'type':>11s}  {'redop':>6s}  {'root':>6s}"
-            + f"  {'time':>8s}  {'algbw':>6s}  {'busbw':>6s}  {'#wrong':>6s}" * 2)
-        say(f"# {'(B)':>10s}  {'(elements)':>12s}  {'':>11s}  {'':>6s}  {'':>6s}"
-            + f"  {'(us)':>8s}  {'(GB/s)':>6s}  {'(GB/s)':>6s}  {'':>6s}" * 2)
+        say("\n".join(table_header(coll.name)))
+        h.warm_up(coll, opts.sizes[-1], send, recv)
         for nbytes in opts.sizes:
+            if progress:
+                progress.show(f"accl.perf: {runner.library} {coll.name} {human(nbytes)} "
+                              f"({len(rows) + 1}/{todo})")
             row = h.run(coll, nbytes, send, recv)
             rows.append(row)
-            line = (f"  {row['size']:10d}  {row['count']:12d}  {row['type']:>11s}  "
-                    f"{row['redop']:>6s}  {row['root']:6d}")
-            for mode in ("out_of_place", "in_place"):
-                m = row[mode]
-                wrong = "N/A" if m["wrong"] is None else str(m["wrong"])
-                line += (f"  {_fmt(m['time_us']):>8s}  {m['algbw']:6.2f}  {m['busbw']:6.2f}"
-                         f"  {wrong:>6s}")
-            say(line, flush=True)
-    busbws = [row[m]["busbw"] for row in rows for m in ("out_of_place", "in_place")]
-    avg = sum(busbws) / len(busbws) if busbws else 0.0
-    wrong = sum(row[m]["wrong"] or 0 for row in rows for m in ("out_of_place", "in_place"))
+            if progress:
+                progress.clear()
+            say(table_row(row), flush=True)
+    wrong, avg = totals(rows)
     say("#")
     say(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
     say(f"# Avg bus bandwidth    : {avg:g}")
     if lead and opts.json_path:
         with open(opts.json_path, "w") as f:
-            json.dump({"nranks": comm.size, "backend": comm.backend, "iters": opts.iters,
-                       "warmup": opts.warmup, "check": opts.check,
+            json.dump({"nranks": runner.size, "library": runner.library,
+                       "backend": runner.backend,
+                       "iters": opts.iters, "warmup": opts.warmup, "check": opts.check,
                        "datatype": t.DTYPE_NAMES[opts.dtype], "op": t.OP_NAMES[opts.op],
                        "root": opts.root, "rows": rows, "wrong": wrong, "avg_busbw": avg},
                       f, indent=1)
+    if lead and opts.plot:
+        from . import perf_compare
+
+        perf_compare.plot(perf_compare.medians(rows, runner.size), opts.plot)
     return 1 if wrong else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Through the package's module, not __main__: perf_peers raises accl.perf.NotAvailable.
+    from accl.perf import main as _main
+
+    sys.exit(_main())

@@ -1,16 +1,18 @@
-"""python -m accl.perf: a tiny sweep of every collective, its table and its JSON."""
+"""accl-perf (python -m accl.perf): tiny sweeps of every collective, their tables and JSON, the
+-np launch, and --compare with gloo and MPI."""
 
+import io
 import json
 import sys
 
 import numpy as np
 import pytest
 
-from accl import perf
+from accl import perf, perf_compare
 from accl_testing import launch_cmd, run_cmd
 
-ALL = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "gather",
-       "scatter"]
+ALL = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall",
+       "sendrecv", "gather", "scatter"]
 
 
 def rows_of(stdout):
@@ -75,6 +77,12 @@ def test_bad_arguments():
     assert p.returncode == 2 and "not a size" in p.stderr
     p = run_cmd([sys.executable, "-m", "accl.perf", "all_reduce", "-r", "3"])
     assert p.returncode != 0 and "-r 3 is not a rank" in p.stderr
+    p = run_cmd([sys.executable, "-m", "accl.perf", "all_reduce", "--compare", "gloo"])
+    assert p.returncode == 2 and "give -np N" in p.stderr
+    p = run_cmd([sys.executable, "-m", "accl.perf", "all_reduce", "-np", "2", "--compare", "nccl"])
+    assert p.returncode == 2 and "unknown library 'nccl'" in p.stderr
+    p = run_cmd(launch_cmd(1, sys.executable, "-m", "accl.perf", "all_reduce", "-np", "2"))
+    assert p.returncode != 0 and "under a launcher, drop it" in p.stderr
 
 
 def test_parse_size():
@@ -89,6 +97,9 @@ class _NoOpComm:
     def all_reduce(self, x, op=0):
         return x
 
+    def barrier(self):
+        pass
+
     def _live(self):
         return self
 
@@ -101,8 +112,85 @@ def test_the_check_sees_missing_results(name):
     # This is rank 1: it receives a result from a root 0, or is the root where only roots do.
     root = "1" if name in ("reduce", "gather") else "0"
     opts = perf._parse([name, "-b", "96", "-e", "96", "-r", root])
-    h = perf.Harness(_NoOpComm(), opts)
+    h = perf.Harness(perf.AcclRunner(_NoOpComm()), opts)
     send, recv = np.zeros(24, np.float32), np.zeros(24, np.float32)
     row = h.run(perf.COLLECTIVES[name], 96, send, recv)
     for mode in ("out_of_place", "in_place"):
         assert row[mode]["wrong"] > 0, (name, mode, row)
+
+
+def test_np_launches_the_ranks_and_prints_a_plain_table():
+    p = run_cmd([sys.executable, "-m", "accl.perf", "all_reduce", "sendrecv", "-np", "2", "-b", "8",
+                 "-e", "1K", "-f", "8", "-n", "2", "-w", "1"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("# accl.perf: 2 ranks, library accl (backend cpu)"), lines[0]
+    assert "\r" not in p.stdout and "\r" not in p.stderr  # no progress line off a terminal
+    rows = [line.split() for line in lines if not line.startswith("#")]
+    assert [r[0] for r in rows] == ["8", "64", "512"] * 2 and all(r[8] == "0" for r in rows)
+    assert "# Out of bounds values : 0 OK" in lines
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_only_on_a_terminal():
+    tty, pipe = _Terminal(), io.StringIO()
+    for stream in (tty, pipe):
+        progress = perf.Progress(stream)
+        progress.show("accl.perf: all_reduce 8 B (1/2)")
+        progress.clear()
+    assert tty.getvalue() == "\r\x1b[Kaccl.perf: all_reduce 8 B (1/2)\r\x1b[K"
+    assert pipe.getvalue() == ""
+
+
+def test_compare_with_gloo_and_mpi(tmp_path):
+    missing = {lib: why for lib in ("gloo", "mpi") if (why := perf_compare.unavailable(lib))}
+    peers = [lib for lib in ("gloo", "mpi") if lib not in missing]
+    if not peers:
+        pytest.skip(f"no peer library: {missing}")
+    libs = ["accl", *peers]
+    out, png = tmp_path / "compare.json", tmp_path / "compare.png"
+    p = run_cmd([sys.executable, "-m", "accl.perf", "all_reduce", "all_gather", "-np", "2",
+                 "-b", "8", "-e", "64", "-f", "8", "-n", "2", "-w", "1",
+                 "--compare", ",".join(peers), "--passes", "2", "-J", str(out), "--plot",
+                 str(png)], timeout=90)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    assert "median of 2 interleaved passes" in lines[0], lines[0]
+    header = [line for line in lines if line.startswith("#") and "time" in line][0].split()
+    assert header == ["#", "size", *[w for lib in libs for w in (lib, "time", "busbw")],
+                      *[f"accl/{peer}" for peer in peers]], header
+    rows = [line.split() for line in lines if not line.startswith("#")]
+    assert [r[0] for r in rows] == ["8", "64"] * 2
+    for r in rows:
+        assert len(r) == 1 + 2 * len(libs) + len(peers) and "N/A" not in r, r
+        assert all(float(x) > 0 for x in r[-len(peers):]), r
+    assert "# Out of bounds values : 0 OK" in lines
+
+    data = json.loads(out.read_text())
+    assert data["libraries"] == libs and data["passes"] == 2 and data["wrong"] == 0
+    assert [(r["library"], r["pass"]) for r in data["runs"]] == [
+        (lib, p) for p in (1, 2) for lib in libs]
+    assert {(r["library"], r["pass"], r["collective"], r["size"]) for r in data["rows"]} == {
+        (lib, p, c, s) for lib in libs for p in (1, 2) for c in ("all_reduce", "all_gather")
+        for s in (8, 64)}
+    for r in data["rows"]:
+        assert r["out_of_place"]["wrong"] == 0 and r["out_of_place"]["time_us"] > 0, r
+    med = {(m["library"], m["collective"], m["size"], m["mode"]): m for m in data["medians"]}
+    for lib in libs:
+        m = med[(lib, "all_reduce", 64, "out_of_place")]
+        times = [r["out_of_place"]["time_us"] for r in data["rows"] if r["library"] == lib
+                 and r["collective"] == "all_reduce" and r["size"] == 64]
+        assert m["passes"] == 2 and m["time_us"] == pytest.approx(sum(times) / 2)
+        assert m["busbw"] == pytest.approx(64 / m["time_us"] / 1e3)  # factor 1 at 2 ranks
+    for r in data["ratios"]:
+        key = (r["collective"], r["size"], r["mode"])
+        assert r["ratio"] == pytest.approx(med[(r["peer"], *key)]["time_us"]
+                                           / med[("accl", *key)]["time_us"])
+    assert {r["peer"] for r in data["ratios"]} == set(peers)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if missing:
+        pytest.skip(f"checked accl against {peers} only; missing {missing}")

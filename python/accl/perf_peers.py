@@ -1,0 +1,155 @@
+"""The libraries accl-perf compares accl with, behind the interface of perf.AcclRunner.
+
+Each runner turns a perf.Call (numpy views in nccl-tests' layout) into the library's own call
+and times `iters` of them from a barrier, with the library's clock. Where a library has only an
+in-place form of a call (torch's all_reduce, broadcast and reduce, MPI's Bcast), the
+out-of-place form copies the input into the output first, as a user of that library must, and
+that copy is timed. Where it has no form with nccl-tests' layout, the call is NotAvailable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import _types as t
+from .perf import Call, NotAvailable
+
+
+class GlooRunner:
+    """torch.distributed over gloo, on the ranks of a launcher that sets MASTER_ADDR, MASTER_PORT,
+    RANK and WORLD_SIZE (accl.launch, torchrun)."""
+
+    library = backend = "gloo"
+
+    def __init__(self) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist = torch, dist
+        dist.init_process_group("gloo")
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        R = dist.ReduceOp
+        self.ops = {t.SUM: R.SUM, t.PROD: R.PRODUCT, t.MAX: R.MAX, t.MIN: R.MIN, t.AVG: R.AVG}
+        self._one = torch.zeros(1, dtype=torch.float64)
+
+    def _bind(self, c: Call) -> Callable[[], Any]:
+        dist, n, me, root = self.dist, self.size, self.rank, c.root
+        src, out = self.torch.from_numpy(c.src), self.torch.from_numpy(c.out)
+        op, k = self.ops[c.op], c.count
+        oop = not c.in_place
+        blocks = [i * k for i in range(n)]
+        if c.name == "all_reduce":
+            return lambda: (oop and out.copy_(src), dist.all_reduce(out, op))
+        if c.name == "all_gather":
+            return lambda: dist.all_gather_single(out, src)
+        if c.name == "reduce_scatter":
+            return lambda: dist.reduce_scatter_single(out, src, op)
+        if c.name == "broadcast":
+            return lambda: (oop and me == root and out.copy_(src), dist.broadcast(out, root))
+        if c.name == "reduce":
+            return lambda: (oop and out.copy_(src), dist.reduce(out, root, op))
+        if c.name == "alltoall" and oop:
+            return lambda: dist.all_to_all_single(out, src)
+        if c.name == "gather":
+            parts = [out[b: b + k] for b in blocks] if me == root else None
+            return lambda: dist.gather(src, parts, dst=root)
+        if c.name == "scatter":
+            parts = [src[b: b + k] for b in blocks] if me == root else None
+            return lambda: dist.scatter(out, parts, src=root)
+        if c.name == "sendrecv" and oop:
+            pair = [dist.P2POp(dist.isend, src, (me + 1) % n),
+                    dist.P2POp(dist.irecv, out, (me - 1) % n)]
+            return lambda: [w.wait() for w in dist.batch_isend_irecv(pair)]
+        # In place, gloo's all-to-all and send/recv overwrite the input they still read from.
+        raise NotAvailable(f"gloo has no {c.name} in place")
+
+    def time(self, c: Call, iters: int) -> float:
+        once = self._bind(c)
+        self.dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            once()
+        return time.perf_counter() - t0
+
+    def _reduce(self, x: float, op: Any) -> float:
+        self._one[0] = x
+        self.dist.all_reduce(self._one, op)
+        return float(self._one[0])
+
+    def max(self, x: float) -> float:
+        return self._reduce(x, self.dist.ReduceOp.MAX)
+
+    def sum(self, x: float) -> float:
+        return self._reduce(x, self.dist.ReduceOp.SUM)
+
+    def close(self) -> None:
+        self.dist.destroy_process_group()
+
+
+class MpiRunner:
+    """mpi4py's MPI.COMM_WORLD (under mpirun) with numpy buffers."""
+
+    library = "mpi"
+
+    def __init__(self) -> None:
+        from mpi4py import MPI
+
+        self.MPI, self.comm = MPI, MPI.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.backend = MPI.Get_library_version().splitlines()[0].split(",")[0].strip()
+        # MPI has no average; the sweep fails on its first call rather than report a sum.
+        self.ops = {t.SUM: MPI.SUM, t.PROD: MPI.PROD, t.MAX: MPI.MAX, t.MIN: MPI.MIN}
+
+    def _bind(self, c: Call) -> Callable[[], Any]:
+        MPI, comm, n, me, root = self.MPI, self.comm, self.size, self.rank, c.root
+        if c.op not in self.ops:
+            raise SystemExit(f"accl.perf: MPI has no {t.OP_NAMES[c.op]} reduction")
+        op, src, out, ip = self.ops[c.op], c.src, c.out, c.in_place
+        # MPI spells "in place" MPI.IN_PLACE, given by the ranks whose input is in the output.
+        if c.name == "all_reduce":
+            return lambda: comm.Allreduce(MPI.IN_PLACE if ip else src, out, op)
+        if c.name == "all_gather":
+            return lambda: comm.Allgather(MPI.IN_PLACE if ip else src, out)
+        if c.name == "reduce_scatter" and not ip:  # in place, MPI leaves it at the start
+            return lambda: comm.Reduce_scatter_block(src, out, op)
+        if c.name == "broadcast":
+            copy = not ip and me == root
+            return lambda: (copy and np.copyto(out, src), comm.Bcast(out, root))
+        if c.name == "reduce":
+            mine = MPI.IN_PLACE if ip and me == root else src
+            return lambda: comm.Reduce(mine, out if me == root else None, op, root)
+        if c.name == "alltoall":
+            return lambda: comm.Alltoall(MPI.IN_PLACE if ip else src, out)
+        if c.name == "gather":
+            mine = MPI.IN_PLACE if ip and me == root else src
+            return lambda: comm.Gather(mine, out if me == root else None, root)
+        if c.name == "scatter":
+            into = MPI.IN_PLACE if ip and me == root else out
+            return lambda: comm.Scatter(src if me == root else None, into, root)
+        if c.name == "sendrecv":
+            nxt, prev = (me + 1) % n, (me - 1) % n
+            if ip:
+                return lambda: comm.Sendrecv_replace(out, nxt, 0, prev, 0)
+            return lambda: comm.Sendrecv(src, nxt, 0, out, prev, 0)
+        raise NotAvailable(f"MPI has no {c.name} in place with nccl-tests' layout")
+
+    def time(self, c: Call, iters: int) -> float:
+        once = self._bind(c)
+        self.comm.Barrier()
+        t0 = self.MPI.Wtime()
+        for _ in range(iters):
+            once()
+        return self.MPI.Wtime() - t0
+
+    def max(self, x: float) -> float:
+        return float(self.comm.allreduce(x, op=self.MPI.MAX))
+
+    def sum(self, x: float) -> float:
+        return float(self.comm.allreduce(x, op=self.MPI.SUM))
+
+    def close(self) -> None:
+        pass  # mpi4py finalizes MPI at exit
