@@ -205,9 +205,7 @@ bool runProcs(int n, const std::function<void(Ctx&)>& body, const RunOpts& o) {
   std::vector<std::string> before = o.checkShm ? shmEntries() : std::vector<std::string>();
   Shared* sh = newShared(n);
   if (!sh) return false;
-  std::vector<acclUniqueId> ids;
-  if (!makeIds(o, ids)) return false;
-
+  sh->idsReady.store(0);
   std::fflush(nullptr);
   std::vector<pid_t> pids(static_cast<size_t>(n), -1);
   for (int r = 0; r < n; ++r) {
@@ -226,9 +224,12 @@ bool runProcs(int n, const std::function<void(Ctx&)>& body, const RunOpts& o) {
       c.rank = r;
       c.nranks = n;
       c.mode = Mode::Proc;
-      c.ids = ids;
       c.shared = sh;
-      runBody(c, body, o);
+      while (sh->idsReady.load() == 0) usleep(1000);  // bounded: the parent kills at deadline
+      if (sh->idsReady.load() > 0) {
+        c.ids.assign(sh->ids, sh->ids + sh->numIds);
+        runBody(c, body, o);
+      }
       int rc = failureCount() ? 1 : 0;
       std::fflush(nullptr);
       if (o.childNormalExit) std::exit(rc);
@@ -236,6 +237,13 @@ bool runProcs(int n, const std::function<void(Ctx&)>& body, const RunOpts& o) {
     }
     pids[r] = pid;
   }
+  std::vector<acclUniqueId> ids;
+  bool made = makeIds(o, ids) && ids.size() <= Shared::kMaxIds;
+  if (made) {
+    sh->numIds = static_cast<int>(ids.size());
+    std::copy(ids.begin(), ids.end(), sh->ids);
+  }
+  sh->idsReady.store(made ? 1 : -1);
 
   double deadline = now() + o.deadline;
   std::vector<bool> done(static_cast<size_t>(n), false);

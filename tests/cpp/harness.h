@@ -72,6 +72,12 @@ inline std::string show(acclResult_t r) { return resultName(r); }
 // some integer slots.
 struct Shared {
   static constexpr int kSlots = 256;
+  static constexpr int kMaxIds = 32;
+  // The parent forks the ranks before it makes the ids (which starts the rendezvous thread), so
+  // no child is forked while a parent thread holds a lock; the ids then arrive through here.
+  std::atomic<int> idsReady;  // 0: not yet, 1: ready, -1: the parent failed to make them
+  int numIds;
+  acclUniqueId ids[kMaxIds];
   std::atomic<int64_t> barrierCount;
   std::atomic<int64_t> barrierGen;
   std::atomic<int64_t> slots[kSlots];
