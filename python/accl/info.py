@@ -15,7 +15,7 @@ import os
 import sys
 from typing import NamedTuple
 
-__all__ = ["BackendInfo", "backend_info", "backend_names", "library_path", "main"]
+__all__ = ["BackendInfo", "backend_info", "backend_names", "library_path", "preflight", "main"]
 
 VENDOR_BACKENDS = ("nccl", "rccl", "pccl")
 _SECRET_VARS = ("ACCL_COMM_SECRET", "ACCL_UNIQUE_ID")  # both carry the rendezvous secret
@@ -93,6 +93,46 @@ def _display_name(spec: str) -> str:
     return base
 
 
+# The cpu backend maps about (4 + n) MiB of /dev/shm per n-rank communicator (docs/algorithms.md).
+_SHM_WARN_BYTES = 256 << 20
+_FD_WARN = 1024
+
+
+def preflight() -> list[tuple[str, str, str]]:
+    """Checks of what accl needs from this machine: (status, what, detail), status OK or WARN."""
+    import resource
+    import socket
+
+    checks = []
+    try:
+        st = os.statvfs("/dev/shm")
+        free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+        ok = os.access("/dev/shm", os.W_OK) and free >= _SHM_WARN_BYTES
+        detail = f"{free >> 20} MiB free of {total >> 20} MiB"
+        if not ok:
+            detail += ("; not writable" if not os.access("/dev/shm", os.W_OK) else "") + \
+                "; the cpu backend needs it (in a container, raise --shm-size)"
+        checks.append(("OK" if ok else "WARN", "/dev/shm", detail))
+    except OSError as e:
+        checks.append(("WARN", "/dev/shm", f"unusable: {e}; the cpu backend needs it"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    enough = soft == resource.RLIM_INFINITY or soft >= _FD_WARN
+    checks.append(("OK" if enough else "WARN", "open files", f"limit {soft} (hard {hard})" + (
+        "" if enough else "; each rank keeps sockets and pipes open: raise it with ulimit -n")))
+    memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    checks.append(("OK", "locked memory", "unlimited" if memlock == resource.RLIM_INFINITY
+                   else f"{memlock >> 10} KiB (GPU backends may want more)"))
+    ifaces = [name for _, name in socket.if_nameindex()]
+    chosen = os.environ.get("ACCL_SOCKET_IFNAME")
+    if chosen and not any(n.startswith(chosen) for n in ifaces):
+        checks.append(("WARN", "interfaces", f"ACCL_SOCKET_IFNAME={chosen} matches none of "
+                       f"{', '.join(ifaces)}"))
+    else:
+        checks.append(("OK", "interfaces", ", ".join(ifaces) +
+                       (f" (ACCL_SOCKET_IFNAME={chosen})" if chosen else "")))
+    return checks
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -111,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:<10} unavailable: {first}")
             for line in rest:
                 print(f"  {'':<10}   {line.strip()}")
+    print("preflight:")
+    for status, what, detail in preflight():
+        print(f"  {status:<4} {what:<14} {detail}")
     print("environment:")
     set_vars = sorted(k for k in os.environ if k.startswith("ACCL_"))
     for k in set_vars:

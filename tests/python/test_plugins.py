@@ -66,7 +66,18 @@ def test_info_lists_backends_versions_and_environment():
         assert vendor in rows, out
         assert "unavailable: " in rows[vendor] or ".so" in rows[vendor], out
     assert "ACCL_DEBUG=WARN" in out and "ACCL_COMM_SECRET=(hidden)" in out, out
+    # The preflight: /dev/shm, file limits and interfaces, each OK or WARN with the reason.
+    checks = [line.split(None, 2) for line in out.split("preflight:\n")[1].split("environment:")[0]
+              .splitlines()]
+    assert [c[1] for c in checks] == ["/dev/shm", "open", "locked", "interfaces"], out
+    assert all(c[0] in ("OK", "WARN") for c in checks), out
     assert "s3cret" not in out
+
+
+def test_preflight_warns_about_a_missing_interface():
+    env = clean_env(ACCL_SOCKET_IFNAME="nosuchif")
+    p = run_cmd([sys.executable, "-m", "accl.info"], env=env, timeout=60)
+    assert "WARN interfaces     ACCL_SOCKET_IFNAME=nosuchif matches none of" in p.stdout, p.stdout
 
 
 # ---------------------------------------------------------------- the conformance suite
