@@ -334,6 +334,28 @@ def scenario_abort() -> None:
     dist.destroy_process_group()
 
 
+def scenario_dead_peer() -> None:
+    """kill -9 of rank 2 in the middle of a run: ranks 0 and 1 get a DistBackendError naming
+    rank 2 within 5 s, and are not killed."""
+    r = dist.get_rank()
+    x = torch.ones(1 << 16)
+    dist.all_reduce(x)
+    if r == 2:
+        os.kill(os.getpid(), 9)
+    t0 = time.monotonic()
+    try:
+        for _ in range(100000):
+            dist.all_reduce(x)
+    except Exception as e:  # noqa: BLE001
+        took = time.monotonic() - t0
+        print(f"dead peer message after {took:.2f} s: {str(e).splitlines()[0]}", flush=True)
+        _check(isinstance(e, dist.DistBackendError), f"{type(e)} is not DistBackendError")
+        _check("rank 2" in str(e) and "gone" in str(e), f"message {str(e)!r}")
+        _check(took < 5.0, f"the dead peer was found after {took:.1f} s")
+    else:
+        raise AssertionError("all_reduce with a dead peer did not fail")
+
+
 def scenario_init_methods() -> None:
     """tcp:// and file:// init_method, one after the other in the same processes."""
     r, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -382,6 +404,26 @@ def test_timeout_names_the_missing_rank():
 
 def test_abort_from_another_thread():
     _launch(2, __file__, "abort")
+
+
+def test_dead_peer_is_named_within_5_seconds():
+    # Ranks started directly: accl.launch would stop the survivors as soon as one rank dies.
+    import socket
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, __file__, "dead_peer"], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              env=clean_env(RANK=str(r), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1",
+                                            MASTER_PORT=str(port)))
+             for r in range(3)]
+    outs = [p.communicate(timeout=90)[0] for p in procs]
+    assert procs[2].returncode == -9, outs[2]
+    for r in (0, 1):
+        assert procs[r].returncode == 0, f"rank {r}: exit {procs[r].returncode}\n{outs[r]}"
+        assert "dead peer message" in outs[r], outs[r]
 
 
 def test_init_methods(tmp_path):
