@@ -210,9 +210,24 @@ acclResult_t collective(const char* name, void* bcomm, void* stream, const CollA
   });
 }
 
+// Algorithm choice by size; every rank computes the same.
+bool useCma(const CpuComm& c, const CollArgs& a) {
+  return c.cma() && c.nranks() > 1 && a.count * typeSize(a.type) >= c.cmaMin();
+}
+
 void allReduceAuto(CpuComm& c, const CollArgs& a) {
   if (a.count * typeSize(a.type) <= c.allReduceDirectMax) allReduceDirect(c, a);
   else allReduceSplit(c, a);
+}
+
+void allGatherAuto(CpuComm& c, const CollArgs& a) {
+  if (useCma(c, a)) allGatherCma(c, a);
+  else allGatherDirect(c, a);
+}
+
+void broadcastAuto(CpuComm& c, const CollArgs& a) {
+  if (useCma(c, a)) broadcastCma(c, a);
+  else broadcastDirect(c, a);
 }
 
 void barrierAlgo(CpuComm& c, const CollArgs&) { c.barrier(); }
@@ -252,14 +267,14 @@ acclResult_t allReduce(const void* s, void* r, size_t n, acclDataType_t t, acclR
 }
 acclResult_t broadcast(const void* s, void* r, size_t n, acclDataType_t t, int root, void* b,
                        void* st) {
-  return collective("acclBroadcast", b, st, {s, r, n, t, acclSum, root}, broadcastDirect);
+  return collective("acclBroadcast", b, st, {s, r, n, t, acclSum, root}, broadcastAuto);
 }
 acclResult_t reduceColl(const void* s, void* r, size_t n, acclDataType_t t, acclRedOp_t op,
                         int root, void* b, void* st) {
   return collective("acclReduce", b, st, {s, r, n, t, op, root}, reduceSplit);
 }
 acclResult_t allGather(const void* s, void* r, size_t n, acclDataType_t t, void* b, void* st) {
-  return collective("acclAllGather", b, st, {s, r, n, t, acclSum, 0}, allGatherDirect);
+  return collective("acclAllGather", b, st, {s, r, n, t, acclSum, 0}, allGatherAuto);
 }
 acclResult_t reduceScatter(const void* s, void* r, size_t n, acclDataType_t t, acclRedOp_t op,
                            void* b, void* st) {

@@ -3,15 +3,19 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
 #include <thread>
 #include <vector>
 
+#include "auth.h"
 #include "errors.h"
 #include "logging.h"
 #include "params.h"
@@ -206,8 +210,36 @@ CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
     header_->commHash = args_->commHash;
     header_->nranks = nranks_;
   }
+  // Cross-memory attach: allow peers to read this process (Yama's ptrace_scope=1 needs it), and
+  // leave a word for them to test with.
+  long long cmaMin = paramInt(Param::CmaMin);
+  if (cmaMin >= 0) {
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    randomBytes(&probe_, sizeof(probe_));
+    ctrl_[rank_].probeAddr = reinterpret_cast<uint64_t>(&probe_);
+    ctrl_[rank_].probeValue = probe_;
+  }
   std::vector<char> ready(nranks_);
   gather(*args_, ready.data(), 1);
+  if (cmaMin >= 0) {
+    bool ok = true;
+    for (int r = 0; r < nranks_ && ok; ++r) {
+      uint64_t v = 0;
+      iovec local{&v, sizeof(v)}, remote{reinterpret_cast<void*>(ctrl_[r].probeAddr), sizeof(v)};
+      ok = process_vm_readv(ctrl_[r].pid, &local, 1, &remote, 1, 0) == sizeof(v) &&
+           v == ctrl_[r].probeValue;
+    }
+    // All ranks must agree: an operation is single copy on every rank or on none.
+    std::vector<char> oks(nranks_);
+    oks[rank_] = ok;
+    gather(*args_, oks.data(), 1);
+    cma_ = std::all_of(oks.begin(), oks.end(), [](char o) { return o != 0; });
+    cmaMin_ = cmaMin;
+    if (!cma_)
+      ACCL_INFO("SHM", "rank %d: cross-memory attach is not possible between all ranks (ptrace "
+                "restrictions or pid namespaces): large messages are copied through /dev/shm",
+                rank_);
+  }
   canSeePeers_ = true;
   for (int r = 0; r < nranks_; ++r)
     canSeePeers_ &= ctrl_[r].startTime && processStartTime(ctrl_[r].pid) == ctrl_[r].startTime;
@@ -249,6 +281,20 @@ void CpuComm::checkPeersAlive(const std::function<bool(int)>& awaited) const {
 void CpuComm::announceAbort() {
   int32_t none = 0;
   header_->abortedBy.compare_exchange_strong(none, rank_ + 1);
+}
+
+void CpuComm::cmaRead(int r, void* local, uint64_t remote, size_t bytes) const {
+  char* dst = static_cast<char*>(local);
+  while (bytes > 0) {
+    iovec l{dst, bytes}, rm{reinterpret_cast<void*>(remote), bytes};
+    ssize_t n = process_vm_readv(ctrl_[r].pid, &l, 1, &rm, 1, 0);
+    if (n <= 0)
+      ACCL_THROW(acclSystemError, "reading %zu bytes from rank %d (pid %lld) failed: %s", bytes,
+                 r, (long long)ctrl_[r].pid, n < 0 ? strerror(errno) : "nothing read");
+    dst += n;
+    remote += n;
+    bytes -= n;
+  }
 }
 
 void CpuComm::arrive() { ctrl_[rank_].epoch.store(++epoch_, std::memory_order_release); }

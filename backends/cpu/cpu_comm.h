@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "accl/backend.h"
 
@@ -26,6 +27,10 @@ struct alignas(64) RankCtrl {
   // Who this rank is, so peers can tell when its process is gone (kill -9, crash).
   int64_t pid;
   uint64_t startTime;  // /proc/<pid>/stat field 22: tells a reused pid from the original
+  // Single-copy operations: where this rank's buffers of the current operation are, for peers
+  // to read with process_vm_readv. Written before the rank arrives at the operation's barrier.
+  uint64_t sendAddr, recvAddr;
+  uint64_t probeAddr, probeValue;  // set at init: peers test that they may read this rank
 };
 
 struct alignas(64) ChannelCtrl {
@@ -98,6 +103,20 @@ class CpuComm {
   }
   size_t p2pBytes() const { return p2pBytes_; }
 
+  // Single copy (cross-memory attach): peers read this rank's buffers directly. Enabled when
+  // every rank can read every other (same user, no ptrace restriction) and ACCL_CMA_MIN >= 0;
+  // used for messages of at least cmaMin bytes.
+  bool cma() const { return cma_; }
+  size_t cmaMin() const { return cmaMin_; }
+  void publish(const void* send, const void* recv) {
+    ctrl_[rank_].sendAddr = reinterpret_cast<uint64_t>(send);
+    ctrl_[rank_].recvAddr = reinterpret_cast<uint64_t>(recv);
+  }
+  const RankCtrl& peer(int r) const { return ctrl_[r]; }
+  // Copies `bytes` from address `remote` in rank r's process to `local`.
+  void cmaRead(int r, void* local, uint64_t remote, size_t bytes) const;
+
+
   // Throws if this communicator or a peer's was aborted, or (checked at most every 200 ms) the
   // process of an awaited rank is gone. Only awaited ranks count: a rank whose part is done
   // (say, an eager send already in the buffer) may exit before this one finishes.
@@ -112,6 +131,9 @@ class CpuComm {
   int rank_, nranks_;
   // Peers' processes are visible in this pid namespace (false in separate containers).
   bool canSeePeers_ = false;
+  bool cma_ = false;
+  size_t cmaMin_ = 0;
+  uint64_t probe_ = 0;  // the word peers read at init to test cross-memory attach
   mutable std::chrono::steady_clock::time_point nextLivenessCheck_{};
   size_t slotBytes_, p2pBytes_;
   uint64_t epoch_ = 0, step_ = 0;

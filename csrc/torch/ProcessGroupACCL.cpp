@@ -20,7 +20,9 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -282,14 +284,21 @@ class ProcessGroupACCL : public c10d::Backend {
     cfg.timeout = timeoutSeconds;  // the process group's timeout bounds every accl call
     cfg.backend = "cpu";           // cpu tensors only, so far
     check(acclCommInitRankConfig(&comm_, size, id, rank, &cfg), "acclCommInitRankConfig");
+    timeout_ = timeoutSeconds;
+    worker_ = std::thread([this] { loop(); });
+  }
+
+  // A group over a communicator made by acclCommSplit (see split), which it now owns.
+  ProcessGroupACCL(acclComm_t comm, int rank, int size, double timeoutSeconds)
+      : c10d::Backend(rank, size), comm_(comm), timeout_(timeoutSeconds) {
     worker_ = std::thread([this] { loop(); });
   }
 
   ~ProcessGroupACCL() override { shutdown(); }
 
-  static c10::intrusive_ptr<ProcessGroupACCL> create(const std::string& uid, int rank, int size,
-                                                     double timeoutSeconds) {
-    auto pg = c10::make_intrusive<ProcessGroupACCL>(uid, rank, size, timeoutSeconds);
+  template <typename... Args>
+  static c10::intrusive_ptr<ProcessGroupACCL> create(Args&&... args) {
+    auto pg = c10::make_intrusive<ProcessGroupACCL>(std::forward<Args>(args)...);
     std::lock_guard<std::mutex> lock(liveMutex());
     std::erase_if(live(), [](const auto& w) { return w.expired(); });
     live().emplace_back(pg);
@@ -312,6 +321,60 @@ class ProcessGroupACCL : public c10d::Backend {
 
   const std::string getBackendName() const override { return "accl"; }
   bool supportsCoalescing() const override { return true; }
+  bool supportsSplitting() const override { return true; }
+
+  // What ProcessGroup::splitGroup starts from when it is given no options.
+  c10::intrusive_ptr<Options> getBackendOptions() override {
+    return c10::make_intrusive<Options>(
+        "accl", std::chrono::milliseconds(int64_t(timeout_ * 1000)));
+  }
+
+  // ProcessGroup.split_group: one acclCommSplit over this group, run on the worker thread in
+  // program order like every other collective. Every rank of this group must call it; `ranks`
+  // (sorted ranks of this group) are the new group's members, the others get nullptr. Splits
+  // made at the same time do not overlap, so their smallest rank tells them apart as the color.
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>&,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override {
+    auto it = std::find(ranks.begin(), ranks.end(), getRank());
+    bool member = it != ranks.end();
+    int color = member ? *std::min_element(ranks.begin(), ranks.end()) : ACCL_SPLIT_NOCOLOR;
+    double timeout = opts ? opts->timeout.count() / 1000.0 : timeout_;
+    auto made = std::make_shared<acclComm_t>(nullptr);
+    Job job{[=, this] {
+              acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
+              cfg.timeout = timeout;
+              cfg.backend = "cpu";
+              check(acclCommSplit(comm_, color, getRank(), made.get(), &cfg), "acclCommSplit");
+            },
+            nullptr};
+    enqueue(OpType::UNKNOWN, {}, {job})->wait();
+    if (!member) return nullptr;
+    return create(*made, int(it - ranks.begin()), int(ranks.size()), timeout);
+  }
+
+  // accl fixes the timeout when it creates the communicator, so it cannot change later.
+  void setTimeout(std::chrono::milliseconds) override {
+    TORCH_CHECK(false, "accl: a process group's timeout is fixed when it is created; create a "
+                "new group with the timeout you need (new_group(..., timeout=...))");
+  }
+
+  // The communicator's error state: a timeout, a dead or failed peer, or another error that
+  // left it unusable (then every later op fails with it).
+  c10d::ErrorType getError() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_) return c10d::ErrorType::COMM_ERROR;
+    if (closed_) return c10d::ErrorType::SUCCESS;  // shut down cleanly: comm_ is freed
+    acclResult_t err = acclSuccess;
+    check(acclCommGetAsyncError(comm_, &err), "acclCommGetAsyncError");
+    switch (err) {
+      case acclSuccess:
+      case acclInProgress: return c10d::ErrorType::SUCCESS;
+      case acclTimeout: return c10d::ErrorType::TIMEOUT;
+      case acclRemoteError: return c10d::ErrorType::REMOTE_ERROR;
+      default: return c10d::ErrorType::COMM_ERROR;
+    }
+  }
 
   // ------------------------------------------------------------ collectives
 
@@ -380,28 +443,26 @@ class ProcessGroupACCL : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<Tensors>& outputs, Tensors& inputs,
                                            const c10d::AllgatherOptions&) override {
     checkOne(inputs, "allgather");
-    TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == size_t(getSize()),
-                "accl allgather: expected one list of ", getSize(), " output tensors");
-    at::Tensor in = inputs[0];
-    for (auto& o : outputs[0]) checkSame(o, in, in.numel(), "allgather");
-    Tensors outs = outputs[0];
-    auto flat = std::make_shared<at::Tensor>();
-    auto src = std::make_shared<at::Tensor>();
-    Job job{[=, this] {
-              *src = in.contiguous();
-              *flat = at::empty({int64_t(outs.size()), in.numel()}, in.options());
-              check(acclAllGather(ptr(*src), ptr(*flat), bytes(in), acclUint8, comm_, nullptr),
-                    "acclAllGather");
-            },
-            [=] {
-              for (size_t r = 0; r < outs.size(); ++r) outs[r].copy_((*flat)[r].view(outs[r].sizes()));
-            }};
-    return enqueue(OpType::ALLGATHER, outputs, {job});
+    TORCH_CHECK(outputs.size() == 1, "accl allgather: expected one list of output tensors");
+    return enqueue(OpType::ALLGATHER, outputs, {allgatherJob(outputs[0], inputs[0], "allgather")});
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
                                                  const c10d::AllgatherOptions&) override {
     return enqueue(OpType::_ALLGATHER_BASE, {{out}}, {allgatherBaseJob(out, in)});
+  }
+
+  // Deprecated in torch (all_gather_coalesced), kept for old callers: one allgather per input,
+  // into its own list of outputs, all in one accl group.
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<Tensors>& outputs,
+                                                     Tensors& inputs,
+                                                     const c10d::AllgatherOptions&) override {
+    TORCH_CHECK(outputs.size() == inputs.size(), "accl allgather_coalesced: ", outputs.size(),
+                " output lists for ", inputs.size(), " inputs");
+    std::vector<Job> jobs;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      jobs.push_back(allgatherJob(outputs[i], inputs[i], "allgather_coalesced"));
+    return enqueue(OpType::ALLGATHER_COALESCED, outputs, std::move(jobs), true);
   }
 
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
@@ -733,6 +794,26 @@ class ProcessGroupACCL : public c10d::Backend {
                }};
   }
 
+  // Gathers every rank's `in` into outs[r].
+  Job allgatherJob(const Tensors& outs, const at::Tensor& in, const char* op) {
+    checkTensor(in, op);
+    TORCH_CHECK(outs.size() == size_t(getSize()), "accl ", op, ": expected ", getSize(),
+                " output tensors, got ", outs.size());
+    for (auto& o : outs) checkSame(o, in, in.numel(), op);
+    auto flat = std::make_shared<at::Tensor>();
+    auto src = std::make_shared<at::Tensor>();
+    return Job{[=, this] {
+                 *src = in.contiguous();
+                 *flat = at::empty({int64_t(outs.size()), in.numel()}, in.options());
+                 check(acclAllGather(ptr(*src), ptr(*flat), bytes(in), acclUint8, comm_, nullptr),
+                       "acclAllGather");
+               },
+               [=] {
+                 for (size_t r = 0; r < outs.size(); ++r)
+                   outs[r].copy_((*flat)[r].view(outs[r].sizes()));
+               }};
+  }
+
   Job allgatherBaseJob(const at::Tensor& out, const at::Tensor& in) {
     const char* op = "all_gather_into_tensor";
     checkTensor(in, op);
@@ -960,6 +1041,7 @@ class ProcessGroupACCL : public c10d::Backend {
   }
 
   acclComm_t comm_ = nullptr;
+  double timeout_ = 0;  // seconds, as the communicator was created with
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Entry> queue_;
@@ -989,6 +1071,8 @@ PYBIND11_MODULE(_accl_torch, m) {
            py::arg("unique_id"),
            py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::call_guard<py::gil_scoped_release>())
+      // torch binds getError only for NCCL; this makes it reachable from Python for accl too.
+      .def("get_error", &accl_torch::ProcessGroupACCL::getError)
       ;
   // The GIL is released so that the workers can take it while they finish.
   m.def("_close_all", &accl_torch::ProcessGroupACCL::closeAll,

@@ -257,3 +257,10 @@ def large_worker(comm):
 @pytest.mark.parametrize("nranks", [2, 4])
 def test_all_reduce_64mib(nranks):
     run_ranks(nranks, large_worker)
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_collectives_single_copy(nranks):
+    # ACCL_CMA_MIN=0: all-gather and broadcast read peers' memory directly at every size.
+    run_ranks(nranks, collectives_worker, [np.int8, np.float32], [0, 1, 1031, 300001],
+              env={"ACCL_CMA_MIN": "0"})

@@ -26,6 +26,9 @@ struct CollArgs {
 void allReduceDirect(CpuComm& c, const CollArgs& a);
 void allReduceSplit(CpuComm& c, const CollArgs& a);
 void reduceSplit(CpuComm& c, const CollArgs& a);
+// Single copy (cross-memory attach, CpuComm::cma): ranks read each other's buffers directly.
+void allGatherCma(CpuComm& c, const CollArgs& a);
+void broadcastCma(CpuComm& c, const CollArgs& a);
 void broadcastDirect(CpuComm& c, const CollArgs& a);
 void allGatherDirect(CpuComm& c, const CollArgs& a);
 void reduceScatterDirect(CpuComm& c, const CollArgs& a);

@@ -35,8 +35,17 @@ extern "C" {
 #define ACCL_API
 #endif
 
+/* The enums below are int-sized in C and C++ alike. C++ gets the fixed underlying type
+ * explicitly, so that any int a C caller passes is a value of the enum type (and rejected as
+ * invalid), not undefined behaviour. */
+#ifdef __cplusplus
+#define ACCL_ENUM_INT : int
+#else
+#define ACCL_ENUM_INT
+#endif
+
 /* Result codes. 0..7 have the values and meanings of ncclResult_t. */
-typedef enum {
+typedef enum ACCL_ENUM_INT {
   acclSuccess = 0,
   acclUnhandledDeviceError = 1, /* the device runtime (CUDA, HIP, ...) failed */
   acclSystemError = 2,          /* a system call failed: shared memory, sockets, dlopen */
@@ -51,7 +60,7 @@ typedef enum {
 } acclResult_t;
 
 /* Element types. Values follow ncclDataType_t. */
-typedef enum {
+typedef enum ACCL_ENUM_INT {
   acclInt8 = 0,
   acclUint8 = 1,
   acclInt32 = 2,
@@ -69,7 +78,7 @@ typedef enum {
 
 /* Reduction operations. Values follow ncclRedOp_t. Avg divides the sum by the rank count
  * (integer division for integer types). */
-typedef enum {
+typedef enum ACCL_ENUM_INT {
   acclSum = 0,
   acclProd = 1,
   acclMax = 2,

@@ -30,7 +30,7 @@ extern "C" {
 
 #define ACCL_BACKEND_ABI_VERSION 1
 
-typedef enum {
+typedef enum ACCL_ENUM_INT {
   acclLogNone = 0,
   acclLogWarn = 1,
   acclLogInfo = 2,
