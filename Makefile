@@ -47,8 +47,10 @@ test-sanitize: setup
 	ln -sf $(abspath python/accl)/*.py $(abspath python/accl)/*.pyi $(abspath python/accl)/py.typed \
 	       $(SAN)/python/accl/
 	$(SANENV) ctest --test-dir $(SAN) --output-on-failure --timeout 600
-	# Python itself is not instrumented: the sanitizer runtime must be loaded first.
-	$(SANENV) LD_PRELOAD=$$($(CXX) -print-file-name=libasan.so) PYTHONPATH=$(SAN)/python \
+	# Python itself is not instrumented: the sanitizer runtime must be loaded first, and
+	# libstdc++ with it, or ASan cannot find the real __cxa_throw to intercept.
+	$(SANENV) LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so) $$($(CXX) -print-file-name=libstdc++.so.6)" \
+	  PYTHONPATH=$(SAN)/python \
 	  ACCL_BUILD_DIR=$(abspath $(SAN)) $(PY) -m pytest -q -p no:cacheprovider tests/python
 
 # The installable wheel (scikit-build-core), as pip would build it.
