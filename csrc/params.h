@@ -23,8 +23,9 @@
   X(SocketIfname, "ACCL_SOCKET_IFNAME", "",                                                    \
     "Network interface (name prefix) for the bootstrap; default: the first up, "               \
     "non-loopback IPv4 interface, else loopback.")                                             \
-  X(ShmSlotBytes, "ACCL_SHM_SLOT_BYTES", "1048576",                                            \
-    "Bytes of shared-memory staging per rank and buffer (two buffers per rank).")              \
+  X(ShmSlotBytes, "ACCL_SHM_SLOT_BYTES", "0",                                                  \
+    "Bytes of shared-memory staging per rank and buffer (two buffers per rank); 0: 16 MiB "    \
+    "divided by the rank count, between 1 and 4 MiB.")                                          \
   X(ShmP2pBytes, "ACCL_SHM_P2P_BYTES", "262144",                                               \
     "Bytes of each of the two shared-memory buffers per ordered pair of ranks for send/recv.") \
   X(SpinUs, "ACCL_SPIN_US", "50",                                                              \

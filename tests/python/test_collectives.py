@@ -235,8 +235,9 @@ def test_collectives_small_slots(nranks):
 
 @pytest.mark.parametrize("nranks", [3])
 def test_collectives_beyond_one_slot(nranks):
-    """Messages larger than the default 1 MiB staging slot, with odd counts."""
-    run_ranks(nranks, collectives_worker, [np.float32, np.int8], [300001])
+    """Messages larger than a 1 MiB staging slot, with odd counts."""
+    run_ranks(nranks, collectives_worker, [np.float32, np.int8], [300001],
+              env={"ACCL_SHM_SLOT_BYTES": "1048576"})
 
 
 def large_worker(comm):
