@@ -105,7 +105,11 @@ bool progress(P2pOp& op) {
 // Operations on the same channel keep their order: only the oldest unfinished one moves.
 void runP2p(std::vector<P2pOp>& ops) {
   double timeout = 0;
-  for (auto& op : ops) timeout = std::max(timeout, op.comm->args().timeout);
+  long spinNs = 0;
+  for (auto& op : ops) {
+    timeout = std::max(timeout, op.comm->args().timeout);
+    spinNs = std::max(spinNs, op.comm->spinNs());
+  }
   auto checkAbort = [&] {
     for (auto& op : ops) {
       if (op.done == op.chunks) continue;
@@ -120,7 +124,7 @@ void runP2p(std::vector<P2pOp>& ops) {
       });
     }
   };
-  Backoff wait(timeout, checkAbort);
+  Backoff wait(timeout, spinNs, checkAbort);
   for (;;) {
     bool moved = false, pending = false;
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -135,7 +139,7 @@ void runP2p(std::vector<P2pOp>& ops) {
     }
     if (!pending) return;
     if (moved) {
-      wait = Backoff(timeout, checkAbort);  // the timeout bounds a wait without progress
+      wait = Backoff(timeout, spinNs, checkAbort);  // the timeout bounds a wait without progress
       continue;
     }
     wait.pause([&] {

@@ -77,33 +77,30 @@ void gather(const acclBackendCommArgs_v1& a, void* data, size_t bytes) {
 
 }  // namespace
 
-Backoff::Backoff(double timeout, std::function<void()> checkAbort)
+Backoff::Backoff(double timeout, long spinNs, std::function<void()> checkAbort)
     : start_(std::chrono::steady_clock::now()),
       timeout_(timeout),
       checkAbort_(std::move(checkAbort)),
-      spinNs_(paramInt(Param::SpinUs) * 1000) {}
+      spinNs_(spinNs),
+      phase_(spinNs > 0 ? kSpin : kYield) {}
 
 void Backoff::pause(const std::function<std::string()>& describe) {
-  ++polls_;
-  if (polls_ & 63) {  // look at the clock and the abort flags only every 64 polls
-    cpuRelax();
+  // The clock and the abort flags are looked at every 64 polls; in between a poll does what
+  // its phase does.
+  if (++polls_ & 63) {
+    if (phase_ == kSpin) cpuRelax();
+    else if (phase_ == kYield) sched_yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(50));
     return;
   }
   checkAbort_();
-  auto now = std::chrono::steady_clock::now();
-  double waited = std::chrono::duration<double>(now - start_).count();
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   if (waited > timeout_)
     ACCL_THROW(acclTimeout, "timed out after %.1f s waiting for %s", timeout_,
                describe().c_str());
   long ns = static_cast<long>(waited * 1e9);
-  if (ns < spinNs_) {
-    cpuRelax();
-  } else if (ns < spinNs_ + 2000000) {
-    sched_yield();
-  } else {
-    // Long waits: a peer is slow or the cores are oversubscribed; sleep so it can run.
-    std::this_thread::sleep_for(std::chrono::microseconds(ns < 100000000 ? 50 : 1000));
-  }
+  // Long waits (a slow peer, or more ranks than cores) sleep so that the peer can run.
+  phase_ = ns < spinNs_ ? kSpin : ns < spinNs_ + 2000000 ? kYield : kSleep;
 }
 
 CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
@@ -118,6 +115,9 @@ CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
   // per block.
   slotBytes_ = std::max(slotBytes_, size_t(nranks_) * 512);
   allReduceDirectMax = paramInt(Param::AllReduceDirectMax);
+  // With more ranks than cores a spinning rank takes the core its peer needs: yield at once.
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  spinNs_ = nranks_ > cores ? 0 : paramInt(Param::SpinUs) * 1000;
 
   // All ranks must share this host's memory.
   struct HostId {
@@ -307,7 +307,7 @@ void CpuComm::waitAll() {
   auto missing = [this](int r) {
     return ctrl_[r].epoch.load(std::memory_order_acquire) < epoch_;
   };
-  Backoff wait(args_->timeout, [&] { checkAbort(missing); });
+  Backoff wait(args_->timeout, spinNs_, [&] { checkAbort(missing); });
   for (int r = 0; r < nranks_; ++r) {
     while (ctrl_[r].epoch.load(std::memory_order_acquire) < epoch_) {
       wait.pause([&] {

@@ -55,15 +55,17 @@ struct ShmHeader {
 // awaited.
 class Backoff {
  public:
-  Backoff(double timeout, std::function<void()> checkAbort);
+  Backoff(double timeout, long spinNs, std::function<void()> checkAbort);
   void pause(const std::function<std::string()>& describe);
 
  private:
+  enum Phase { kSpin, kYield, kSleep };
   std::chrono::steady_clock::time_point start_;
   double timeout_;
   std::function<void()> checkAbort_;
-  uint64_t polls_ = 0;
   long spinNs_;
+  Phase phase_;
+  uint64_t polls_ = 0;
 };
 
 class CpuComm {
@@ -102,6 +104,8 @@ class CpuComm {
     return p2p_ + ((size_t(src) * nranks_ + dst) * kP2pBufs + i) * p2pBytes_;
   }
   size_t p2pBytes() const { return p2pBytes_; }
+  // How long a wait spins before it yields: ACCL_SPIN_US, or 0 with more ranks than cores.
+  long spinNs() const { return spinNs_; }
 
   // Single copy (cross-memory attach): peers read this rank's buffers directly. Enabled when
   // every rank can read every other (same user, no ptrace restriction) and ACCL_CMA_MIN >= 0;
@@ -137,6 +141,7 @@ class CpuComm {
   mutable std::chrono::steady_clock::time_point nextLivenessCheck_{};
   size_t slotBytes_, p2pBytes_;
   uint64_t epoch_ = 0, step_ = 0;
+  long spinNs_ = 0;
   void* base_ = nullptr;
   size_t size_ = 0;
   ShmHeader* header_ = nullptr;
