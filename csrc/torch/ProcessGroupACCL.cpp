@@ -59,7 +59,10 @@ std::exception_ptr errorPtr(const std::string& msg) {
 void check(acclResult_t r, const char* call) {
   if (r == acclSuccess) return;
   std::string msg = acclGetLastError(nullptr);  // names the call, its sequence number, the ranks
-  fail("accl: " + (msg.empty() ? std::string(call) + " failed" : msg));
+  if (msg.empty()) msg = std::string(call) + " failed";
+  // Say which timeout it was, and where to set it.
+  if (r == acclTimeout) msg += " (the process group timeout of init_process_group/new_group)";
+  fail("accl: " + msg);
 }
 
 void* ptr(const at::Tensor& t) { return t.data_ptr(); }
@@ -348,7 +351,14 @@ class ProcessGroupACCL : public c10d::Backend {
               check(acclCommSplit(comm_, color, getRank(), made.get(), &cfg), "acclCommSplit");
             },
             nullptr};
-    enqueue(OpType::UNKNOWN, {}, {job})->wait();
+    auto work = enqueue(OpType::UNKNOWN, {}, {job});
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      // The worker may need the GIL to finish earlier ops (see close()): let go of it.
+      pybind11::gil_scoped_release nogil;
+      work->wait();
+    } else {
+      work->wait();
+    }
     if (!member) return nullptr;
     return create(*made, int(it - ranks.begin()), int(ranks.size()), timeout);
   }
@@ -452,16 +462,24 @@ class ProcessGroupACCL : public c10d::Backend {
     return enqueue(OpType::_ALLGATHER_BASE, {{out}}, {allgatherBaseJob(out, in)});
   }
 
-  // Deprecated in torch (all_gather_coalesced), kept for old callers: one allgather per input,
-  // into its own list of outputs, all in one accl group.
+  // Deprecated in torch (all_gather_coalesced), kept for old callers: outputs[r][i] receives
+  // rank r's inputs[i]. One allgather per input, all in one accl group.
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<Tensors>& outputs,
                                                      Tensors& inputs,
                                                      const c10d::AllgatherOptions&) override {
-    TORCH_CHECK(outputs.size() == inputs.size(), "accl allgather_coalesced: ", outputs.size(),
-                " output lists for ", inputs.size(), " inputs");
+    const char* op = "allgather_coalesced";
+    TORCH_CHECK(outputs.size() == size_t(getSize()), "accl ", op, ": expected ", getSize(),
+                " output lists (one per rank), got ", outputs.size());
     std::vector<Job> jobs;
-    for (size_t i = 0; i < inputs.size(); ++i)
-      jobs.push_back(allgatherJob(outputs[i], inputs[i], "allgather_coalesced"));
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      Tensors outs;
+      for (auto& list : outputs) {
+        TORCH_CHECK(list.size() == inputs.size(), "accl ", op, ": an output list has ",
+                    list.size(), " tensors for ", inputs.size(), " inputs");
+        outs.push_back(list[i]);
+      }
+      jobs.push_back(allgatherJob(outs, inputs[i], op));
+    }
     return enqueue(OpType::ALLGATHER_COALESCED, outputs, std::move(jobs), true);
   }
 
