@@ -142,8 +142,9 @@ void fail(Comm& c, acclResult_t r, const std::string& msg) {
 
 // Calls into the backend for one operation and turns its failure into an Error. Inside a group
 // the operation completes at group end, which records it done.
-acclResult_t runOnBackend(Comm& c, uint64_t seq, const std::function<acclResult_t(Comm&)>& run,
-                          bool inGroup = false) {
+// A template, so that a call outside a group makes no std::function (an allocation per call).
+template <class Run>
+acclResult_t runOnBackend(Comm& c, uint64_t seq, const Run& run, bool inGroup = false) {
   if (__atomic_load_n(&c.abortFlag, __ATOMIC_ACQUIRE))
     ACCL_THROW(acclRemoteError, "%s: the communicator was aborted", where(c, seq).c_str());
   c.args.seq = seq;
@@ -208,8 +209,8 @@ thread_local std::vector<QueuedOp> tlsGroupOps;
 
 // An operation on a communicator: `check` validates (throwing acclInvalidArgument), then `run`
 // calls the backend now, or at acclGroupEnd inside a group.
-acclResult_t commOp(const OpDesc& d, acclComm_t comm, const std::function<void(Comm&)>& check,
-                    std::function<acclResult_t(Comm&)> run) {
+template <class Check, class Run>
+acclResult_t commOp(const OpDesc& d, acclComm_t comm, const Check& check, Run&& run) {
   return api(d.name, [&] {
     Entered e(comm);
     Comm& c = e.comm();
@@ -223,7 +224,7 @@ acclResult_t commOp(const OpDesc& d, acclComm_t comm, const std::function<void(C
     bool queued = tlsGroupDepth > 0;
     c.trace->record(d, seq, queued ? Trace::kQueued : Trace::kStarted);
     if (queued) {
-      tlsGroupOps.push_back({comm, seq, std::move(run)});
+      tlsGroupOps.push_back({comm, seq, std::forward<Run>(run)});
       return acclSuccess;
     }
     return runOnBackend(c, seq, run);
@@ -276,6 +277,7 @@ acclResult_t bootstrapBarrier(void* handle);
 void initComm(Comm& c, const acclUniqueId& id, double timeout) {
   c.checkArgs = paramInt(Param::Check) != 0;
   c.traceDir = paramString(Param::TraceDir);
+  c.compose = paramString(Param::Compose);
   c.trace = std::make_unique<Trace>(std::max(0LL, paramInt(Param::TraceBuffer)));
   c.createdUnixUs = std::chrono::duration_cast<std::chrono::microseconds>(
                         std::chrono::system_clock::now().time_since_epoch())
@@ -621,7 +623,7 @@ acclResult_t acclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
       },
       [=](Comm& c) {
         return withComposition(
-            "broadcast",
+            c, "broadcast",
             [&] {
               return c.backend->broadcast(sendbuff, recvbuff, count, datatype, root, c.bcomm,
                                           stream);
@@ -701,7 +703,7 @@ acclResult_t acclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
       },
       [=](Comm& c) {
         return withComposition(
-            "alltoall",
+            c, "alltoall",
             [&] { return c.backend->alltoAll(sendbuff, recvbuff, count, datatype, c.bcomm, stream); },
             [&] { return composeAlltoAll(c, sendbuff, recvbuff, count, datatype, stream); });
       });
@@ -724,7 +726,7 @@ acclResult_t acclGather(const void* sendbuff, void* recvbuff, size_t sendcount,
       },
       [=](Comm& c) {
         return withComposition(
-            "gather",
+            c, "gather",
             [&] {
               return c.backend->gather(sendbuff, recvbuff, sendcount, datatype, root, c.bcomm,
                                        stream);
@@ -750,7 +752,7 @@ acclResult_t acclScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
       },
       [=](Comm& c) {
         return withComposition(
-            "scatter",
+            c, "scatter",
             [&] {
               return c.backend->scatter(sendbuff, recvbuff, recvcount, datatype, root, c.bcomm,
                                         stream);
@@ -764,7 +766,7 @@ acclResult_t acclBarrier(acclComm_t comm, void* stream) {
       OpDesc{"acclBarrier"}, comm, [](Comm&) {},
       [=](Comm& c) {
         return withComposition(
-            "barrier", [&] { return c.backend->barrier(c.bcomm, stream); },
+            c, "barrier", [&] { return c.backend->barrier(c.bcomm, stream); },
             [&] { return composeBarrier(c, stream); });
       });
 }

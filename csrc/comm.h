@@ -30,6 +30,7 @@ struct Comm {
   bool finalized = false;
   bool checkArgs = false;            // ACCL_CHECK
   std::string traceDir;              // ACCL_TRACE_DIR
+  std::string compose;               // ACCL_COMPOSE
   std::unique_ptr<Trace> trace;
   int64_t createdUnixUs = 0;         // lines up the flight recorders of different ranks
 };

@@ -5,17 +5,18 @@
 
 #include "errors.h"
 #include "logging.h"
-#include "params.h"
 #include "types.h"
 
 namespace accl {
-namespace {
 
-bool forced(const char* collective) {
-  std::string list = "," + paramString(Param::Compose) + ",";
+bool compositionForced(const Comm& c, const char* collective) {
+  if (c.compose.empty()) return false;
+  std::string list = "," + c.compose + ",";
   return list.find(",all,") != std::string::npos ||
          list.find("," + std::string(collective) + ",") != std::string::npos;
 }
+
+namespace {
 
 // Runs `post` (which posts sends and receives) inside one backend group; the first failure wins,
 // and the group is always closed.
@@ -38,14 +39,9 @@ char* at(void* p, size_t bytes) { return static_cast<char*>(p) + bytes; }
 
 }  // namespace
 
-acclResult_t withComposition(const char* collective, const std::function<acclResult_t()>& native,
-                             const std::function<acclResult_t()>& composed) {
-  if (forced(collective)) return composed();
-  acclResult_t r = native();
-  if (r != acclNotSupported) return r;
+void noteComposition(const char* collective) {
   ACCL_INFO("COLL", "%s: backend has none (%s); composing it from send/recv", collective,
             takeBackendMessage().c_str());
-  return composed();
 }
 
 // Flat: the root sends to every rank. Good enough where a backend lacks broadcast, which

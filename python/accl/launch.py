@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -31,7 +32,22 @@ POLL_S = 0.05
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
+    """A port for MASTER_PORT that is free now and stays free: one below the kernel's ephemeral
+    range, so no outgoing connection can be given it before rank 0 listens on it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # everything below the range is taken: let the kernel pick
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
