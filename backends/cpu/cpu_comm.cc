@@ -104,7 +104,7 @@ void Backoff::pause(const std::function<std::string()>& describe) {
 }
 
 CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
-    : args_(args), rank_(args->rank), nranks_(args->nranks) {
+    : args_(args), rank_(args->rank), nranks_(args->nranks), sources_(args->nranks) {
   // Larger slots mean fewer barriers per byte (4 MiB measured best); the automatic size keeps
   // the staging of a communicator at 32 MiB however many ranks share the host.
   long long slot = paramInt(Param::ShmSlotBytes);

@@ -97,6 +97,8 @@ class CpuComm {
   int nextSet() { return static_cast<int>(step_++ & 1); }
   char* slot(int set, int r) const { return data_ + (size_t(set) * nranks_ + r) * slotBytes_; }
   size_t slotBytes() const { return slotBytes_; }
+  // Room for one pointer per rank: the sources of a reduction, without an allocation per call.
+  const void** sources() { return sources_.data(); }
 
   // Point to point.
   ChannelCtrl& channel(int src, int dst) const { return channels_[src * nranks_ + dst]; }
@@ -142,6 +144,7 @@ class CpuComm {
   size_t slotBytes_, p2pBytes_;
   uint64_t epoch_ = 0, step_ = 0;
   long spinNs_ = 0;
+  std::vector<const void*> sources_;
   void* base_ = nullptr;
   size_t size_ = 0;
   ShmHeader* header_ = nullptr;

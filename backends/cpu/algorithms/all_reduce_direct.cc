@@ -15,14 +15,14 @@ namespace cpu {
 void allReduceDirect(CpuComm& c, const CollArgs& a) {
   const size_t es = typeSize(a.type), chunk = c.slotBytes() / es;
   const int n = c.nranks();
-  std::vector<const void*> srcs(n);
+  const void** srcs = c.sources();
   for (size_t off = 0; off < a.count; off += chunk) {
     size_t len = std::min(chunk, a.count - off);
     int set = c.nextSet();
     memcpy(c.slot(set, c.rank()), static_cast<const char*>(a.send) + off * es, len * es);
     c.barrier();
     for (int r = 0; r < n; ++r) srcs[r] = c.slot(set, r);
-    reduce(static_cast<char*>(a.recv) + off * es, srcs.data(), n, len, a.type, a.op);
+    reduce(static_cast<char*>(a.recv) + off * es, srcs, n, len, a.type, a.op);
   }
 }
 

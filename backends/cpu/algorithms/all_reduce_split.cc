@@ -15,7 +15,7 @@ namespace cpu {
 void allReduceSplit(CpuComm& c, const CollArgs& a) {
   const size_t es = typeSize(a.type), chunk = c.slotBytes() / es;
   const int n = c.nranks(), me = c.rank();
-  std::vector<const void*> srcs(n);
+  const void** srcs = c.sources();
   size_t b, e;
   for (size_t off = 0; off < a.count; off += chunk) {
     size_t len = std::min(chunk, a.count - off);
@@ -25,7 +25,7 @@ void allReduceSplit(CpuComm& c, const CollArgs& a) {
     partRange(len, me, n, es, &b, &e);
     for (int r = 0; r < n; ++r) srcs[r] = c.slot(set, r) + b * es;
     // Only this rank touches part `me` of any slot in this phase, so it may overwrite its own.
-    reduce(c.slot(set, me) + b * es, srcs.data(), n, e - b, a.type, a.op);
+    reduce(c.slot(set, me) + b * es, srcs, n, e - b, a.type, a.op);
     c.barrier();
     char* out = static_cast<char*>(a.recv) + off * es;
     for (int r = 0; r < n; ++r) {

@@ -15,7 +15,7 @@ void reduceScatterDirect(CpuComm& c, const CollArgs& a) {
   const int n = c.nranks(), me = c.rank();
   const size_t es = typeSize(a.type), chunk = c.slotBytes() / es / n;
   const char* send = static_cast<const char*>(a.send);
-  std::vector<const void*> srcs(n);
+  const void** srcs = c.sources();
   for (size_t off = 0; off < a.count; off += chunk) {
     size_t len = std::min(chunk, a.count - off);
     int set = c.nextSet();
@@ -23,7 +23,7 @@ void reduceScatterDirect(CpuComm& c, const CollArgs& a) {
     for (int q = 0; q < n; ++q) memcpy(mine + q * chunk * es, send + (q * a.count + off) * es, len * es);
     c.barrier();
     for (int r = 0; r < n; ++r) srcs[r] = c.slot(set, r) + me * chunk * es;
-    reduce(static_cast<char*>(a.recv) + off * es, srcs.data(), n, len, a.type, a.op);
+    reduce(static_cast<char*>(a.recv) + off * es, srcs, n, len, a.type, a.op);
   }
 }
 

@@ -13,7 +13,7 @@ namespace cpu {
 void reduceSplit(CpuComm& c, const CollArgs& a) {
   const size_t es = typeSize(a.type), chunk = c.slotBytes() / es;
   const int n = c.nranks(), me = c.rank();
-  std::vector<const void*> srcs(n);
+  const void** srcs = c.sources();
   size_t b, e;
   for (size_t off = 0; off < a.count; off += chunk) {
     size_t len = std::min(chunk, a.count - off);
@@ -22,7 +22,7 @@ void reduceSplit(CpuComm& c, const CollArgs& a) {
     c.barrier();
     partRange(len, me, n, es, &b, &e);
     for (int r = 0; r < n; ++r) srcs[r] = c.slot(set, r) + b * es;
-    reduce(c.slot(set, me) + b * es, srcs.data(), n, e - b, a.type, a.op);
+    reduce(c.slot(set, me) + b * es, srcs, n, e - b, a.type, a.op);
     c.barrier();
     if (me != a.root) continue;
     char* out = static_cast<char*>(a.recv) + off * es;
