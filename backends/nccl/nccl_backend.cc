@@ -145,6 +145,7 @@ struct NcclComm {
   bool nonBlocking = false;  // created with config.blocking = 0: calls may return ncclInProgress
   bool finalized = false;
   bool failed = false;       // NCCL reported an error that leaves it unusable
+  std::string failure;       // that error, for the calls refused after it
 };
 
 bool aborted(const NcclComm& c) { return __atomic_load_n(c.args->abortFlag, __ATOMIC_ACQUIRE); }
@@ -250,6 +251,10 @@ Status run(void* bcomm, const char* fn, F&& call) {
   if (!c.comm)
     return {acclInvalidUsage, std::string("the ") + flavor().name +
                                   " communicator was aborted after an earlier error"};
+  if (c.failed)
+    return {acclInvalidUsage, std::string("the ") + flavor().name + " communicator is " +
+                                  "unusable after an earlier error; destroy it. The earlier " +
+                                  "error: " + c.failure};
   bool own = tlsGroup.depth == 0;
   if (own) {
     Status s = startGroup();
@@ -260,8 +265,16 @@ Status run(void* bcomm, const char* fn, F&& call) {
   Result r = call(c.comm);
   Status s;
   if (r != kSuccess && r != kInProgress) {
-    c.failed = c.failed || breaksComm(r);
     s = vendorError(r, sym(fn), c.comm);
+    // NCCL keeps an argument error on a non-blocking communicator as its asynchronous error,
+    // and fails every later call with it (seen with 2.28.9): say so now and later.
+    if (c.nonBlocking && !breaksComm(r))
+      s.msg += std::string("; ") + libName() + " keeps this error on a non-blocking " +
+               "communicator, which is unusable now (ACCL_NCCL_BLOCKING=1 avoids that)";
+    if (breaksComm(r) || c.nonBlocking) {
+      c.failed = true;
+      c.failure = s.msg;
+    }
   }
   if (own) {
     Status e = endGroup();  // always: NCCL's group must be closed even after a failed call
@@ -395,6 +408,13 @@ acclResult_t typed(void* b, const char* fn, acclDataType_t t, F&& call) {
 // A reduction: maps the op too, then runs call(comm, ncclType, ncclOp).
 template <class F>
 acclResult_t reducing(void* b, const char* fn, acclDataType_t t, acclRedOp_t op, F&& call) {
+  // NCCL has no average of fp8 values and answers ncclInvalidArgument, which would leave a
+  // non-blocking communicator unusable (see run): refuse it before NCCL sees it.
+  if (op == acclAvg && (t == acclFloat8e4m3 || t == acclFloat8e5m2))
+    return report(notSupported(libName() + " has no average of float8 values"));
+  // One rank's average is its input. NCCL 2.28.9 got the last element of a 1-rank average of
+  // 2^k + 1 elements wrong on an H200 (the GPU check); a sum is the same result, exactly.
+  if (op == acclAvg && static_cast<NcclComm*>(b)->args->nranks == 1) op = acclSum;
   int no;
   Status s = mapOp(op, &no);
   if (s) return report(s);

@@ -11,11 +11,17 @@
 // dtype moves. Reductions map the dtype to an accl type; what accl cannot reduce (bitwise ops,
 // int16/uint16) is gathered and folded on the host; what has no defined meaning raises.
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/csrc/utils/pybind.h>
 
 #include <ATen/core/ivalue.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
 #include <cxxabi.h>
@@ -26,7 +32,9 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,11 +75,26 @@ void check(acclResult_t r, const char* call) {
 
 void* ptr(const at::Tensor& t) { return t.data_ptr(); }
 size_t bytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
+// A contiguous tensor's bytes, as a flat uint8 view.
+at::Tensor asBytes(const at::Tensor& t) { return t.view({-1}).view(at::kByte); }
+
+// Accelerator device types this process serves, and the accl backend for each ("cuda" ->
+// "nccl"); set once from Python (accl.distributed) before any group exists.
+std::map<c10::DeviceType, std::string>& accelBackends() {
+  static std::map<c10::DeviceType, std::string> m;
+  return m;
+}
 
 void checkTensor(const at::Tensor& t, const char* op) {
   TORCH_CHECK(t.defined(), "accl ", op, ": undefined tensor");
-  TORCH_CHECK(t.device().is_cpu(), "accl ", op, ": only cpu tensors are supported so far, got a ",
-              t.device().str(), " tensor (use the gloo or nccl backend for it)");
+  TORCH_CHECK(t.device().is_cpu() || accelBackends().count(t.device().type()), "accl ", op,
+              ": no accl backend serves ", t.device().str(), " tensors in this process (",
+              "served: cpu", [] {
+                std::string s;
+                for (auto& [type, name] : accelBackends())
+                  s += ", " + c10::DeviceTypeName(type, true) + " (" + name + ")";
+                return s;
+              }(), ")");
   TORCH_CHECK(t.layout() == at::kStrided, "accl ", op, ": only dense tensors are supported");
 }
 
@@ -227,10 +250,19 @@ at::Tensor hostFold(const at::Tensor& all, const Red& red, int size) {
   return acc;
 }
 
+// Where a job's accl calls go: the communicator for its tensors' device and, for an
+// accelerator, the stream they run on (nullptr for cpu).
+struct Ctx {
+  acclComm_t comm;
+  void* stream;
+};
+
 // One unit of work on the worker thread. `run` issues the accl calls (inside a group, they only
 // queue); `post` runs once the data has arrived (copies out of staging buffers, host folds).
+// For an accelerator both run on the communicator's stream, so their tensor operations are
+// ordered with the accl calls.
 struct Job {
-  std::function<void()> run;
+  std::function<void(const Ctx&)> run;
   std::function<void()> post;
 };
 
@@ -277,8 +309,11 @@ class WorkACCL : public c10d::Work {
 
 class ProcessGroupACCL : public c10d::Backend {
  public:
-  ProcessGroupACCL(const std::string& uid, int rank, int size, double timeoutSeconds)
-      : c10d::Backend(rank, size) {
+  // `store` is the group's c10d store: the accelerator communicator's unique id travels
+  // through it when the first accelerator tensor arrives.
+  ProcessGroupACCL(const std::string& uid, int rank, int size, double timeoutSeconds,
+                   c10::intrusive_ptr<c10d::Store> store)
+      : c10d::Backend(rank, size), store_(std::move(store)) {
     TORCH_CHECK(uid.size() == ACCL_UNIQUE_ID_BYTES, "accl: the unique id must be ",
                 ACCL_UNIQUE_ID_BYTES, " bytes, got ", uid.size());
     acclUniqueId id;
@@ -291,7 +326,8 @@ class ProcessGroupACCL : public c10d::Backend {
     worker_ = std::thread([this] { loop(); });
   }
 
-  // A group over a communicator made by acclCommSplit (see split), which it now owns.
+  // A group over a communicator made by acclCommSplit (see split), which it now owns. It has no
+  // store, so it serves cpu tensors only.
   ProcessGroupACCL(acclComm_t comm, int rank, int size, double timeoutSeconds)
       : c10d::Backend(rank, size), comm_(comm), timeout_(timeoutSeconds) {
     worker_ = std::thread([this] { loop(); });
@@ -344,11 +380,11 @@ class ProcessGroupACCL : public c10d::Backend {
     int color = member ? *std::min_element(ranks.begin(), ranks.end()) : ACCL_SPLIT_NOCOLOR;
     double timeout = opts ? opts->timeout.count() / 1000.0 : timeout_;
     auto made = std::make_shared<acclComm_t>(nullptr);
-    Job job{[=, this] {
+    Job job{[=, this](const Ctx& c) {
               acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
               cfg.timeout = timeout;
               cfg.backend = "cpu";
-              check(acclCommSplit(comm_, color, getRank(), made.get(), &cfg), "acclCommSplit");
+              check(acclCommSplit(c.comm, color, getRank(), made.get(), &cfg), "acclCommSplit");
             },
             nullptr};
     auto work = enqueue(OpType::UNKNOWN, {}, {job});
@@ -410,9 +446,9 @@ class ProcessGroupACCL : public c10d::Backend {
     int root = checkRoot(opts.rootRank, "broadcast");
     at::Tensor t = tensors[0];
     auto buf = std::make_shared<at::Tensor>();
-    Job job{[=, this] {
+    Job job{[=, this](const Ctx& c) {
               *buf = staged(t);
-              check(acclBroadcast(ptr(*buf), ptr(*buf), bytes(t), acclUint8, root, comm_, nullptr),
+              check(acclBroadcast(ptr(*buf), ptr(*buf), bytes(t), acclUint8, root, c.comm, c.stream),
                     "acclBroadcast");
             },
             [=] { writeBack(t, *buf); }};
@@ -428,17 +464,17 @@ class ProcessGroupACCL : public c10d::Backend {
     auto buf = std::make_shared<at::Tensor>();
     auto all = std::make_shared<at::Tensor>();
     int size = getSize(), rank = getRank();
-    Job job{[=, this] {
+    Job job{[=, this](const Ctx& c) {
               // PREMUL_SUM scales a private copy: off the root the tensor must stay as it was.
               *buf = red.isPremul ? t.contiguous().clone() : staged(t);
               applyPremul(red, *buf);
               if (red.host) {
                 *all = at::empty({size, t.numel()}, t.options());
-                check(acclAllGather(ptr(*buf), ptr(*all), bytes(t), acclUint8, comm_, nullptr),
+                check(acclAllGather(ptr(*buf), ptr(*all), bytes(t), acclUint8, c.comm, c.stream),
                       "acclAllGather");
               } else {
                 check(acclReduce(ptr(*buf), ptr(*buf), t.numel() * red.mult, red.type, red.op,
-                                 root, comm_, nullptr),
+                                 root, c.comm, c.stream),
                       "acclReduce");
               }
             },
@@ -454,12 +490,13 @@ class ProcessGroupACCL : public c10d::Backend {
                                            const c10d::AllgatherOptions&) override {
     checkOne(inputs, "allgather");
     TORCH_CHECK(outputs.size() == 1, "accl allgather: expected one list of output tensors");
-    return enqueue(OpType::ALLGATHER, outputs, {allgatherJob(outputs[0], inputs[0], "allgather")});
+    return enqueue(OpType::ALLGATHER, outputs, {allgatherJob(outputs[0], inputs[0], "allgather")},
+                   false, inputs);
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
                                                  const c10d::AllgatherOptions&) override {
-    return enqueue(OpType::_ALLGATHER_BASE, {{out}}, {allgatherBaseJob(out, in)});
+    return enqueue(OpType::_ALLGATHER_BASE, {{out}}, {allgatherBaseJob(out, in)}, false, {in});
   }
 
   // Deprecated in torch (all_gather_coalesced), kept for old callers: outputs[r][i] receives
@@ -480,7 +517,7 @@ class ProcessGroupACCL : public c10d::Backend {
       }
       jobs.push_back(allgatherJob(outs, inputs[i], op));
     }
-    return enqueue(OpType::ALLGATHER_COALESCED, outputs, std::move(jobs), true);
+    return enqueue(OpType::ALLGATHER_COALESCED, outputs, std::move(jobs), true, inputs);
   }
 
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
@@ -489,7 +526,7 @@ class ProcessGroupACCL : public c10d::Backend {
                 outputs.size(), " outputs for ", inputs.size(), " inputs");
     std::vector<Job> jobs;
     for (size_t i = 0; i < inputs.size(); ++i) jobs.push_back(allgatherBaseJob(outputs[i], inputs[i]));
-    return enqueue(OpType::COALESCED, {outputs}, std::move(jobs), true);
+    return enqueue(OpType::COALESCED, {outputs}, std::move(jobs), true, inputs);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
@@ -502,21 +539,21 @@ class ProcessGroupACCL : public c10d::Backend {
     Tensors ins = inputs[0];
     Red red = reduction(out.scalar_type(), opts.reduceOp, "reduce_scatter");
     auto flat = std::make_shared<at::Tensor>();
-    Job pre{[=] {
+    Job rs = reduceScatterJob(out, flat, red);
+    Job job{[=](const Ctx& c) {
               std::vector<at::Tensor> rows;
               for (auto& i : ins) rows.push_back(i.reshape({-1}));
               *flat = at::cat(rows);
+              rs.run(c);
             },
-            nullptr};
-    Job rs = reduceScatterJob(out, flat, red);
-    Job job{[=] { pre.run(); rs.run(); }, rs.post};
-    return enqueue(OpType::REDUCE_SCATTER, {outputs}, {job});
+            rs.post};
+    return enqueue(OpType::REDUCE_SCATTER, {outputs}, {job}, false, ins);
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& out, at::Tensor& in, const c10d::ReduceScatterOptions& opts) override {
     return enqueue(OpType::_REDUCE_SCATTER_BASE, {{out}},
-                   {reduceScatterBaseJob(out, in, opts, "reduce_scatter_tensor")});
+                   {reduceScatterBaseJob(out, in, opts, "reduce_scatter_tensor")}, false, {in});
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
@@ -526,7 +563,8 @@ class ProcessGroupACCL : public c10d::Backend {
     std::vector<Job> jobs;
     for (size_t i = 0; i < inputs.size(); ++i)
       jobs.push_back(reduceScatterBaseJob(outputs[i], inputs[i], opts, "reduce_scatter_tensor"));
-    return enqueue(OpType::REDUCE_SCATTER_TENSOR_COALESCED, {outputs}, std::move(jobs), true);
+    return enqueue(OpType::COALESCED, {outputs}, std::move(jobs), true,
+                   inputs);
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& out, at::Tensor& in,
@@ -545,15 +583,15 @@ class ProcessGroupACCL : public c10d::Backend {
                   "; got ", in.numel(), " and ", out.numel());
       auto src = std::make_shared<at::Tensor>();
       auto dst = std::make_shared<at::Tensor>();
-      Job job{[=, this] {
+      Job job{[=, this](const Ctx& c) {
                 *src = in.contiguous();
                 *dst = staged(out);
-                check(acclAlltoAll(ptr(*src), ptr(*dst), bytes(in) / size, acclUint8, comm_,
-                                   nullptr),
+                check(acclAlltoAll(ptr(*src), ptr(*dst), bytes(in) / size, acclUint8, c.comm,
+                                   c.stream),
                       "acclAlltoAll");
               },
               [=] { writeBack(out, *dst); }};
-      return enqueue(OpType::ALLTOALL_BASE, {{out}}, {job});
+      return enqueue(OpType::ALLTOALL_BASE, {{out}}, {job}, false, {in});
     }
     // Unequal blocks along dim 0: one send and one receive per peer, all in one group.
     std::vector<size_t> sendOff, sendLen, recvOff, recvLen;
@@ -561,14 +599,13 @@ class ProcessGroupACCL : public c10d::Backend {
     splitBytes(out, outSplits, op, "output", &recvOff, &recvLen);
     auto src = std::make_shared<at::Tensor>();
     auto dst = std::make_shared<at::Tensor>();
-    Job job{[=, this] {
+    Job job{[=, this](const Ctx& c) {
               *src = in.contiguous();
               *dst = staged(out);
-              exchange(static_cast<const char*>(ptr(*src)), sendOff, sendLen,
-                       static_cast<char*>(ptr(*dst)), recvOff, recvLen);
+              exchange(c, *src, sendOff, sendLen, *dst, recvOff, recvLen);
             },
             [=] { writeBack(out, *dst); }};
-    return enqueue(OpType::ALLTOALL_BASE, {{out}}, {job});
+    return enqueue(OpType::ALLTOALL_BASE, {{out}}, {job}, false, {in});
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall(Tensors& outputs, Tensors& inputs,
@@ -586,7 +623,7 @@ class ProcessGroupACCL : public c10d::Backend {
     Tensors ins = inputs, outs = outputs;
     auto src = std::make_shared<Tensors>();
     auto dst = std::make_shared<Tensors>();
-    Job job{[=, this] {
+    Job job{[=, this](const Ctx& c) {
               check(acclGroupStart(), "acclGroupStart");
               std::exception_ptr err;
               try {
@@ -598,12 +635,12 @@ class ProcessGroupACCL : public c10d::Backend {
                   if (r == getRank()) {
                     TORCH_CHECK(bytes((*src)[r]) == bytes((*dst)[r]), "accl all_to_all: ",
                                 "this rank's own input and output blocks differ in size");
-                    memcpy(ptr((*dst)[r]), ptr((*src)[r]), bytes((*src)[r]));
+                    asBytes((*dst)[r]).copy_(asBytes((*src)[r]));  // may be device memory
                     continue;
                   }
-                  check(acclSend(ptr((*src)[r]), bytes((*src)[r]), acclUint8, r, comm_, nullptr),
+                  check(acclSend(ptr((*src)[r]), bytes((*src)[r]), acclUint8, r, c.comm, c.stream),
                         "acclSend");
-                  check(acclRecv(ptr((*dst)[r]), bytes((*dst)[r]), acclUint8, r, comm_, nullptr),
+                  check(acclRecv(ptr((*dst)[r]), bytes((*dst)[r]), acclUint8, r, c.comm, c.stream),
                         "acclRecv");
                 }
               } catch (...) {
@@ -616,7 +653,7 @@ class ProcessGroupACCL : public c10d::Backend {
             [=] {
               for (int r = 0; r < size; ++r) writeBack(outs[r], (*dst)[r]);
             }};
-    return enqueue(OpType::ALLTOALL, {outputs}, {job});
+    return enqueue(OpType::ALLTOALL, {outputs}, {job}, false, inputs);
   }
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<Tensors>& outputs, Tensors& inputs,
@@ -637,17 +674,17 @@ class ProcessGroupACCL : public c10d::Backend {
     }
     auto flat = std::make_shared<at::Tensor>();
     auto src = std::make_shared<at::Tensor>();
-    Job job{[=, this] {
+    Job job{[=, this](const Ctx& c) {
               *src = in.contiguous();
               *flat = at::empty({isRoot ? int64_t(size) : 0, in.numel()}, in.options());
               check(acclGather(ptr(*src), isRoot ? ptr(*flat) : nullptr, bytes(in), acclUint8,
-                               root, comm_, nullptr),
+                               root, c.comm, c.stream),
                     "acclGather");
             },
             [=] {
               for (size_t r = 0; r < outs.size(); ++r) outs[r].copy_((*flat)[r].view(outs[r].sizes()));
             }};
-    return enqueue(OpType::GATHER, outputs, {job});
+    return enqueue(OpType::GATHER, outputs, {job}, false, inputs);
   }
 
   c10::intrusive_ptr<c10d::Work> scatter(Tensors& outputs, std::vector<Tensors>& inputs,
@@ -668,7 +705,7 @@ class ProcessGroupACCL : public c10d::Backend {
     }
     auto flat = std::make_shared<at::Tensor>();
     auto dst = std::make_shared<at::Tensor>();
-    Job job{[=, this] {
+    Job job{[=, this](const Ctx& c) {
               if (isRoot) {
                 std::vector<at::Tensor> rows;
                 for (auto& i : ins) rows.push_back(i.reshape({-1}));
@@ -676,11 +713,11 @@ class ProcessGroupACCL : public c10d::Backend {
               }
               *dst = staged(out);
               check(acclScatter(isRoot ? ptr(*flat) : nullptr, ptr(*dst), bytes(out), acclUint8,
-                                root, comm_, nullptr),
+                                root, c.comm, c.stream),
                     "acclScatter");
             },
             [=] { writeBack(out, *dst); }};
-    return enqueue(OpType::SCATTER, {outputs}, {job});
+    return enqueue(OpType::SCATTER, {outputs}, {job}, false, ins);
   }
 
   // Tags are not matched: as on NCCL, messages between two ranks match in the order sent.
@@ -689,9 +726,9 @@ class ProcessGroupACCL : public c10d::Backend {
     checkPeer(dst, "send");
     at::Tensor t = tensors[0];
     auto src = std::make_shared<at::Tensor>();
-    Job job{[=, this] {
+    Job job{[=, this](const Ctx& c) {
               *src = t.contiguous();
-              check(acclSend(ptr(*src), bytes(t), acclUint8, dst, comm_, nullptr), "acclSend");
+              check(acclSend(ptr(*src), bytes(t), acclUint8, dst, c.comm, c.stream), "acclSend");
             },
             nullptr};
     return enqueue(OpType::SEND, {tensors}, {job});
@@ -702,9 +739,9 @@ class ProcessGroupACCL : public c10d::Backend {
     checkPeer(src, "recv");
     at::Tensor t = tensors[0];
     auto buf = std::make_shared<at::Tensor>();
-    Job job{[=, this] {
+    Job job{[=, this](const Ctx& c) {
               *buf = staged(t);
-              check(acclRecv(ptr(*buf), bytes(t), acclUint8, src, comm_, nullptr), "acclRecv");
+              check(acclRecv(ptr(*buf), bytes(t), acclUint8, src, c.comm, c.stream), "acclRecv");
             },
             [=] { writeBack(t, *buf); }};
     return enqueue(OpType::RECV, {tensors}, {job});
@@ -716,7 +753,7 @@ class ProcessGroupACCL : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
-    Job job{[this] { check(acclBarrier(comm_, nullptr), "acclBarrier"); }, nullptr};
+    Job job{[](const Ctx& c) { check(acclBarrier(c.comm, c.stream), "acclBarrier"); }, nullptr};
     return enqueue(OpType::BARRIER, {}, {job});
   }
 
@@ -774,6 +811,16 @@ class ProcessGroupACCL : public c10d::Backend {
     std::vector<Job> jobs;
     std::vector<c10::intrusive_ptr<WorkACCL>> works;
     bool grouped = false;
+    c10::Device device{c10::kCPU};
+    std::vector<std::shared_ptr<c10::Event>> ready;  // recorded on the callers' streams
+  };
+
+  // The accelerator communicator: made by the worker at the first op on an accelerator tensor,
+  // on the device of that tensor, with the accl backend accelBackends() names for its type.
+  struct Accel {
+    c10::Device device;
+    acclComm_t comm;
+    c10::Stream stream;  // accl's calls and the jobs' tensor operations run here
   };
 
   int checkRoot(int64_t root, const char* op) {
@@ -793,16 +840,16 @@ class ProcessGroupACCL : public c10d::Backend {
     int size = getSize();
     auto buf = std::make_shared<at::Tensor>();
     auto all = std::make_shared<at::Tensor>();
-    return Job{[=, this] {
+    return Job{[=, this](const Ctx& c) {
                  *buf = staged(t);
                  applyPremul(red, *buf);
                  if (red.host) {
                    *all = at::empty({size, t.numel()}, t.options());
-                   check(acclAllGather(ptr(*buf), ptr(*all), bytes(t), acclUint8, comm_, nullptr),
+                   check(acclAllGather(ptr(*buf), ptr(*all), bytes(t), acclUint8, c.comm, c.stream),
                          "acclAllGather");
                  } else {
                    check(acclAllReduce(ptr(*buf), ptr(*buf), t.numel() * red.mult, red.type,
-                                       red.op, comm_, nullptr),
+                                       red.op, c.comm, c.stream),
                          "acclAllReduce");
                  }
                },
@@ -820,10 +867,10 @@ class ProcessGroupACCL : public c10d::Backend {
     for (auto& o : outs) checkSame(o, in, in.numel(), op);
     auto flat = std::make_shared<at::Tensor>();
     auto src = std::make_shared<at::Tensor>();
-    return Job{[=, this] {
+    return Job{[=, this](const Ctx& c) {
                  *src = in.contiguous();
                  *flat = at::empty({int64_t(outs.size()), in.numel()}, in.options());
-                 check(acclAllGather(ptr(*src), ptr(*flat), bytes(in), acclUint8, comm_, nullptr),
+                 check(acclAllGather(ptr(*src), ptr(*flat), bytes(in), acclUint8, c.comm, c.stream),
                        "acclAllGather");
                },
                [=] {
@@ -838,10 +885,10 @@ class ProcessGroupACCL : public c10d::Backend {
     checkSame(out, in, in.numel() * getSize(), op);
     auto src = std::make_shared<at::Tensor>();
     auto dst = std::make_shared<at::Tensor>();
-    return Job{[=, this] {
+    return Job{[=, this](const Ctx& c) {
                  *src = in.contiguous();
                  *dst = staged(out);
-                 check(acclAllGather(ptr(*src), ptr(*dst), bytes(in), acclUint8, comm_, nullptr),
+                 check(acclAllGather(ptr(*src), ptr(*dst), bytes(in), acclUint8, c.comm, c.stream),
                        "acclAllGather");
                },
                [=] { writeBack(out, *dst); }};
@@ -852,17 +899,17 @@ class ProcessGroupACCL : public c10d::Backend {
     int size = getSize(), rank = getRank();
     auto dst = std::make_shared<at::Tensor>();
     auto all = std::make_shared<at::Tensor>();
-    return Job{[=, this] {
+    return Job{[=, this](const Ctx& c) {
                  applyPremul(red, *flat);
                  *dst = staged(out);
                  if (red.host) {
                    *all = at::empty({size, flat->numel()}, out.options());
-                   check(acclAllGather(ptr(*flat), ptr(*all), bytes(*flat), acclUint8, comm_,
-                                       nullptr),
+                   check(acclAllGather(ptr(*flat), ptr(*all), bytes(*flat), acclUint8, c.comm,
+                                       c.stream),
                          "acclAllGather");
                  } else {
                    check(acclReduceScatter(ptr(*flat), ptr(*dst), out.numel() * red.mult,
-                                           red.type, red.op, comm_, nullptr),
+                                           red.type, red.op, c.comm, c.stream),
                          "acclReduceScatter");
                  }
                },
@@ -884,9 +931,9 @@ class ProcessGroupACCL : public c10d::Backend {
     Job rs = reduceScatterJob(out, flat, red);
     // A private copy when PREMUL_SUM would otherwise scale the caller's input.
     bool copy = red.isPremul;
-    return Job{[=] {
+    return Job{[=, this](const Ctx& c) {
                  *flat = copy ? in.reshape({-1}).clone() : in.contiguous().view({-1});
-                 rs.run();
+                 rs.run(c);
                },
                rs.post};
   }
@@ -916,23 +963,28 @@ class ProcessGroupACCL : public c10d::Backend {
                 what, " has ", rows, " rows");
   }
 
-  // Each rank sends block p of src to rank p and receives rank p's block into block p of dst.
-  // Empty blocks are skipped on both sides, which agree on them when the splits match.
-  void exchange(const char* src, const std::vector<size_t>& sOff, const std::vector<size_t>& sLen,
-                char* dst, const std::vector<size_t>& rOff, const std::vector<size_t>& rLen) {
+  // Each rank sends block p of `in` to rank p and receives rank p's block into block p of `out`
+  // (both contiguous). Empty blocks are skipped on both sides, which agree on them when the
+  // splits match.
+  void exchange(const Ctx& c, const at::Tensor& in, const std::vector<size_t>& sOff,
+                const std::vector<size_t>& sLen, const at::Tensor& out,
+                const std::vector<size_t>& rOff, const std::vector<size_t>& rLen) {
     int rank = getRank();
     TORCH_CHECK(sLen[rank] == rLen[rank], "accl all_to_all_single: this rank sends ",
                 sLen[rank], " bytes to itself but expects ", rLen[rank]);
-    memcpy(dst + rOff[rank], src + sOff[rank], sLen[rank]);
+    // A tensor copy, not memcpy: the blocks may be in device memory.
+    asBytes(out).narrow(0, rOff[rank], rLen[rank]).copy_(asBytes(in).narrow(0, sOff[rank], sLen[rank]));
+    const char* src = static_cast<const char*>(ptr(in));
+    char* dst = static_cast<char*>(ptr(out));
     check(acclGroupStart(), "acclGroupStart");
     std::exception_ptr err;
     try {
       for (int p = 0; p < getSize(); ++p) {
         if (p == rank) continue;
         if (sLen[p])
-          check(acclSend(src + sOff[p], sLen[p], acclUint8, p, comm_, nullptr), "acclSend");
+          check(acclSend(src + sOff[p], sLen[p], acclUint8, p, c.comm, c.stream), "acclSend");
         if (rLen[p])
-          check(acclRecv(dst + rOff[p], rLen[p], acclUint8, p, comm_, nullptr), "acclRecv");
+          check(acclRecv(dst + rOff[p], rLen[p], acclUint8, p, c.comm, c.stream), "acclRecv");
       }
     } catch (...) {
       err = std::current_exception();
@@ -942,11 +994,50 @@ class ProcessGroupACCL : public c10d::Backend {
     check(r, "acclGroupEnd (all_to_all_single)");
   }
 
+  // The device an op's tensors are on (cpu when it has none); they must all be on one.
+  static c10::Device deviceOf(OpType type, const std::vector<Tensors>& outputs,
+                              const Tensors& inputs) {
+    std::optional<c10::Device> dev;
+    auto see = [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      if (!dev) dev = t.device();
+      TORCH_CHECK(*dev == t.device(), "accl ", c10d::opTypeToString(type), ": tensors on ",
+                  dev->str(), " and on ", t.device().str(), " in one operation");
+    };
+    for (auto& list : outputs)
+      for (auto& t : list) see(t);
+    for (auto& t : inputs) see(t);
+    return dev.value_or(c10::Device(c10::kCPU));
+  }
+
   c10::intrusive_ptr<c10d::Work> enqueue(OpType type, std::vector<Tensors> outputs,
-                                         std::vector<Job> jobs, bool grouped = false) {
+                                         std::vector<Job> jobs, bool grouped = false,
+                                         const Tensors& inputs = {}) {
+    c10::Device dev = deviceOf(type, outputs, inputs);
+    std::shared_ptr<c10::Event> ready;
+    if (!dev.is_cpu()) {
+      // The op reads what the caller's current stream has yet to write: the worker's stream
+      // waits for this event before it starts.
+      ready = std::make_shared<c10::Event>(dev.type());
+      ready->record(c10::impl::VirtualGuardImpl(dev.type()).getStream(dev));
+    }
     std::unique_lock<std::mutex> lock(mu_);
     TORCH_CHECK(!closed_, "accl: the process group was ",
                 aborted_ ? "aborted" : "shut down", "; create a new one");
+    if (!dev.is_cpu()) {
+      TORCH_CHECK(store_, "accl ", c10d::opTypeToString(type), ": this group was made by ",
+                  "split_group and serves cpu tensors only; make it with new_group for ",
+                  dev.str(), " tensors");
+      if (!accelDevice_) accelDevice_ = dev;
+      TORCH_CHECK(*accelDevice_ == dev, "accl ", c10d::opTypeToString(type), ": this group ",
+                  "runs on ", accelDevice_->str(), ", got ", dev.str(), " tensors (one device ",
+                  "per process and group, as with nccl)");
+    }
+    if (coalescing_) {
+      TORCH_CHECK(pending_.jobs.empty() || pending_.device == dev, "accl: coalesced ops on ",
+                  pending_.device.str(), " and ", dev.str());
+      pending_.device = dev;
+    }
     // As NCCL: the group's sequence number counts collectives; sends and receives count apart,
     // since they need not be the same on every rank.
     bool p2p = type == OpType::SEND || type == OpType::RECV;
@@ -955,9 +1046,11 @@ class ProcessGroupACCL : public c10d::Backend {
     if (coalescing_) {
       for (auto& j : jobs) pending_.jobs.push_back(std::move(j));
       pending_.works.push_back(work);
+      if (ready) pending_.ready.push_back(ready);
       return work;
     }
-    Entry e{std::move(jobs), {work}, grouped};
+    Entry e{std::move(jobs), {work}, grouped, dev, {}};
+    if (ready) e.ready.push_back(ready);
     queue_.push_back(std::move(e));
     cv_.notify_one();
     return work;
@@ -974,10 +1067,81 @@ class ProcessGroupACCL : public c10d::Backend {
     cv_.notify_one();
   }
 
-  static void runEntry(Entry& e) {
+  void runEntry(Entry& e) {
+    if (e.device.is_cpu()) return runJobs(e, Ctx{comm_, nullptr});
+    const Accel& a = accel(e.device);
+    c10::DeviceGuard onDevice(a.device);
+    for (auto& ev : e.ready) ev->block(a.stream);
+    {
+      c10::StreamGuard onStream(a.stream);
+      runJobs(e, Ctx{a.comm, a.stream.native_handle()});
+    }
+    c10::Event done(a.device.type());
+    done.record(a.stream);
+    awaitDevice(done, a);
+  }
+
+  const Accel& accel(c10::Device dev) {
+    if (accel_) return *accel_;
+    std::string key = "accl/" + c10::DeviceTypeName(dev.type(), true) + "/unique_id";
+    acclUniqueId id;
+    if (getRank() == 0) {
+      check(acclGetUniqueId(&id), "acclGetUniqueId");
+      store_->set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof(id.internal)));
+    } else {
+      std::vector<uint8_t> v = store_->get(key);
+      TORCH_CHECK(v.size() == sizeof(id.internal), "accl: the ", dev.str(),
+                  " communicator's unique id in the store has ", v.size(), " bytes");
+      memcpy(id.internal, v.data(), v.size());
+    }
+    c10::DeviceGuard onDevice(dev);  // vendor libraries bind a communicator to the current device
+    acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
+    cfg.timeout = timeout_;
+    const std::string& backend = accelBackends().at(dev.type());
+    cfg.backend = backend.c_str();
+    acclComm_t comm = nullptr;
+    check(acclCommInitRankConfig(&comm, getSize(), id, getRank(), &cfg),
+          ("acclCommInitRankConfig (" + backend + " on " + dev.str() + ")").c_str());
+    accel_.emplace(Accel{dev, comm, c10::impl::VirtualGuardImpl(dev.type()).getStreamFromGlobalPool(dev)});
+    accelComm_ = comm;
+    return *accel_;
+  }
+
+  // Waits until the device has run the entry, under the group's timeout. A vendor's kernel
+  // waiting for a peer that never comes ends only when its communicator is aborted, so a
+  // timeout or an asynchronous error aborts it, and later ops on the device fail.
+  void awaitDevice(c10::Event& done, const Accel& a) {
+    auto start = std::chrono::steady_clock::now();
+    for (uint64_t polls = 0; !done.query(); ++polls) {
+      if (aborted_) fail("accl: the process group was aborted while an operation ran on " +
+                         a.device.str());
+      if (polls % 64 == 0) {
+        acclResult_t err = acclSuccess;
+        acclResult_t r = acclCommGetAsyncError(a.comm, &err);
+        if (r != acclSuccess || (err != acclSuccess && err != acclInProgress)) {
+          std::string msg = acclGetLastError(nullptr);
+          acclCommAbort(a.comm);
+          fail("accl: the " + a.device.str() + " communicator failed: " + msg);
+        }
+        double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (waited > timeout_) {
+          acclCommAbort(a.comm);
+          fail("accl: an operation on " + a.device.str() + " did not complete within the "
+               "process group timeout (" + std::to_string(timeout_) + " s); the " +
+               a.device.str() + " communicator was aborted");
+        }
+      }
+      if (polls < 1000)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  static void runJobs(Entry& e, const Ctx& c) {
     if (!e.grouped || e.jobs.size() <= 1) {
       for (auto& j : e.jobs) {
-        j.run();
+        j.run(c);
         if (j.post) j.post();
       }
       return;
@@ -986,7 +1150,7 @@ class ProcessGroupACCL : public c10d::Backend {
     std::exception_ptr err;
     for (auto& j : e.jobs) {
       try {
-        j.run();
+        j.run(c);
       } catch (...) {
         if (!err) err = std::current_exception();
       }
@@ -1033,7 +1197,10 @@ class ProcessGroupACCL : public c10d::Backend {
     }
     // acclCommAbort wakes a call blocked in the worker; the handle stays safe to pass to accl
     // (calls on it then fail), so the worker can finish and fail what is left.
-    if (abort) acclCommAbort(comm_);
+    if (abort) {
+      acclCommAbort(comm_);
+      if (acclComm_t a = accelComm_.load()) acclCommAbort(a);
+    }
     if (worker_.joinable()) {
       if (worker_.get_id() == std::this_thread::get_id()) {
         worker_.detach();  // closed from a future callback on the worker itself
@@ -1046,7 +1213,13 @@ class ProcessGroupACCL : public c10d::Backend {
         worker_.join();
       }
     }
-    if (!abort) acclCommDestroy(comm_);
+    if (!abort) {
+      acclCommDestroy(comm_);
+      if (accel_) {
+        c10::DeviceGuard onDevice(accel_->device);
+        acclCommDestroy(accel_->comm);
+      }
+    }
   }
 
   static std::mutex& liveMutex() {
@@ -1058,8 +1231,12 @@ class ProcessGroupACCL : public c10d::Backend {
     return v;
   }
 
-  acclComm_t comm_ = nullptr;
+  acclComm_t comm_ = nullptr;  // for cpu tensors
   double timeout_ = 0;  // seconds, as the communicator was created with
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::optional<c10::Device> accelDevice_;  // guarded by mu_: the device ops were enqueued for
+  std::optional<Accel> accel_;              // the worker's
+  std::atomic<acclComm_t> accelComm_{nullptr};  // accel_->comm, for abort() from any thread
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Entry> queue_;
@@ -1083,15 +1260,22 @@ PYBIND11_MODULE(_accl_torch, m) {
   m.attr("torch_version") = ACCL_TORCH_VERSION;
   py::class_<accl_torch::ProcessGroupACCL, c10d::Backend,
              c10::intrusive_ptr<accl_torch::ProcessGroupACCL>>(m, "ProcessGroupACCL")
-      .def(py::init([](const std::string& uid, int rank, int size, double timeout) {
-             return accl_torch::ProcessGroupACCL::create(uid, rank, size, timeout);
+      .def(py::init([](const std::string& uid, int rank, int size, double timeout,
+                       c10::intrusive_ptr<c10d::Store> store) {
+             return accl_torch::ProcessGroupACCL::create(uid, rank, size, timeout,
+                                                         std::move(store));
            }),
-           py::arg("unique_id"),
-           py::arg("rank"), py::arg("size"), py::arg("timeout"),
+           py::arg("unique_id"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+           py::arg("store"),
            py::call_guard<py::gil_scoped_release>())
       // torch binds getError only for NCCL; this makes it reachable from Python for accl too.
       .def("get_error", &accl_torch::ProcessGroupACCL::getError)
       ;
+  // Called by accl.distributed before any group is made, for each accelerator device type it
+  // serves: tensors on `device_type` ("cuda", …) go to a communicator of accl backend `backend`.
+  m.def("serve", [](const std::string& deviceType, const std::string& backend) {
+    accl_torch::accelBackends()[c10::Device(deviceType).type()] = backend;
+  });
   // The GIL is released so that the workers can take it while they finish.
   m.def("_close_all", &accl_torch::ProcessGroupACCL::closeAll,
         py::call_guard<py::gil_scoped_release>());

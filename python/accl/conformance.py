@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import glob
 import json
 import os
 import re
@@ -184,14 +185,20 @@ class _DeviceMemory:
     def devices(cls, kind: str) -> tuple[Any, int]:
         """The runtime library and how many devices it sees; raises RuntimeError if none."""
         prefix, names = cls._RUNTIMES[kind]
-        for name in names:
+        # The library path first, then where pip's CUDA wheels and the toolkit keep it.
+        dirs = ["", *glob.glob(os.path.join(sys.prefix, "lib", "python*", "site-packages",
+                                            "nvidia", "*", "lib")),
+                os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "lib64"),
+                "/opt/rocm/lib"]
+        for path in (os.path.join(d, n) for d in dirs for n in names):
             try:
-                lib = ctypes.CDLL(name)
+                lib = ctypes.CDLL(path)
                 break
             except OSError:
                 continue
         else:
-            raise RuntimeError(f"--device {kind}: none of {', '.join(names)} can be loaded")
+            raise RuntimeError(f"--device {kind}: none of {', '.join(names)} can be loaded "
+                               f"(looked on the library path and in {', '.join(dirs[1:])})")
         count = ctypes.c_int(0)
         rc = getattr(lib, prefix + "GetDeviceCount")(ctypes.byref(count))
         if rc != 0 or count.value < 1:

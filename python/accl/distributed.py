@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from . import get_unique_id
 
-__all__ = ["BACKEND", "ProcessGroupACCL", "built_for", "create_backend"]
+__all__ = ["BACKEND", "ProcessGroupACCL", "accelerators", "built_for", "create_backend"]
 
 BACKEND = "accl"
 _REBUILD = (
@@ -112,17 +112,34 @@ def create_backend(opts: Any, backend_options: Any = None) -> Any:
         store.set(key, uid)
     else:
         uid = store.get(key)
-    return ProcessGroupACCL(bytes(uid), rank, size, _seconds(opts.timeout))
+    return ProcessGroupACCL(bytes(uid), rank, size, _seconds(opts.timeout), store)
 
 
 def _unavailable_creator(*args: Any) -> Any:
     raise RuntimeError(_unavailable)
 
 
+def accelerators() -> dict[str, str]:
+    """The accelerator device types this process serves, each with its accl backend: "cuda"
+    when torch was built with CUDA (ROCm) and accl's nccl (rccl) backend loads."""
+    served = {}
+    if torch.version.cuda or torch.version.hip:
+        from .info import backend_info
+
+        name = "rccl" if torch.version.hip else "nccl"
+        if backend_info(name).available:
+            served["cuda"] = name
+    return served
+
+
 def _register() -> None:
     if BACKEND.upper() not in dist.Backend._plugins:
         creator = create_backend if _ext is not None else _unavailable_creator
-        dist.Backend.register_backend(BACKEND, creator, extended_api=True, devices=["cpu"])
+        served = accelerators() if _ext is not None else {}
+        for device, backend in served.items():
+            _ext.serve(device, backend)
+        dist.Backend.register_backend(BACKEND, creator, extended_api=True,
+                                      devices=["cpu", *served])
 
 
 _register()

@@ -19,19 +19,25 @@ import nvidia.nccl  # noqa: E402
 NCCL = os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2")
 
 
+class UniqueId(ctypes.Structure):
+    """acclUniqueId and ncclUniqueId: 128 bytes, passed by value (a ctypes array would pass a
+    pointer)."""
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
 class Config(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
                 ("blocking", ctypes.c_int), ("timeout", ctypes.c_double), ("backend", ctypes.c_char_p)]
 
 
 def accl_comm():
-    uid = ctypes.create_string_buffer(128)
-    assert lib.acclGetUniqueId(uid) == 0
+    uid = UniqueId()
+    assert lib.acclGetUniqueId(ctypes.byref(uid)) == 0
     ver = ctypes.c_int()
     lib.acclGetVersion(ctypes.byref(ver))
     cfg = Config(ctypes.sizeof(Config), 0xACC1C0F6, ver.value, 1, 60.0, b"nccl")
     comm = ctypes.c_void_p()
-    lib.acclCommInitRankConfig.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_char * 128,
+    lib.acclCommInitRankConfig.argtypes = [ctypes.c_void_p, ctypes.c_int, UniqueId,
                                            ctypes.c_int, ctypes.c_void_p]
     rc = lib.acclCommInitRankConfig(ctypes.byref(comm), 1, uid, 0, ctypes.byref(cfg))
     assert rc == 0, lib.acclGetLastError(None)
@@ -40,10 +46,10 @@ def accl_comm():
 
 def nccl_comm():
     nccl = ctypes.CDLL(NCCL)
-    uid = ctypes.create_string_buffer(128)
-    assert nccl.ncclGetUniqueId(uid) == 0
+    uid = UniqueId()
+    assert nccl.ncclGetUniqueId(ctypes.byref(uid)) == 0
     comm = ctypes.c_void_p()
-    nccl.ncclCommInitRank.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_char * 128, ctypes.c_int]
+    nccl.ncclCommInitRank.argtypes = [ctypes.c_void_p, ctypes.c_int, UniqueId, ctypes.c_int]
     assert nccl.ncclCommInitRank(ctypes.byref(comm), 1, uid, 0) == 0
     return nccl, comm
 
@@ -70,15 +76,18 @@ def main():
     nccl.ncclAllReduce.argtypes = args
     lib.acclAllReduce.argtypes = args
 
-    def via_nccl(x, s):
-        assert nccl.ncclAllReduce(x.data_ptr(), x.data_ptr(), x.numel(), 7, 0, ncomm, s) == 0
+    # Out of place: in place, one rank's all_reduce moves nothing and both time only the launch.
+    def via_nccl(xy, s):
+        x, y = xy
+        assert nccl.ncclAllReduce(x.data_ptr(), y.data_ptr(), x.numel(), 7, 0, ncomm, s) == 0
 
-    def via_accl(x, s):
-        assert lib.acclAllReduce(x.data_ptr(), x.data_ptr(), x.numel(), 7, 0, acomm, s) == 0
+    def via_accl(xy, s):
+        x, y = xy
+        assert lib.acclAllReduce(x.data_ptr(), y.data_ptr(), x.numel(), 7, 0, acomm, s) == 0
 
     status = 0
     for nbytes, iters, limit in ((8, 2000, "2us"), (64 << 20, 50, "2%")):
-        x = torch.ones(nbytes // 4, device="cuda")
+        x = (torch.ones(nbytes // 4, device="cuda"), torch.empty(nbytes // 4, device="cuda"))
         n, a = [], []
         for _ in range(5):  # interleaved, medians: the GPU clock moves too
             n.append(time_us(via_nccl, x, stream, iters))

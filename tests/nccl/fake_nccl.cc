@@ -53,6 +53,9 @@ struct FakeComm {
   bool nonBlocking = false;
   bool hang = false;
   int busyPolls = 0;
+  // As NCCL (seen with 2.28.9 on a GPU): a call that fails its checks on a non-blocking
+  // communicator leaves that error on the communicator, and every later call fails with it.
+  Result sticky = kSuccess;
 };
 
 thread_local std::string tlsLastError;
@@ -97,6 +100,7 @@ Result busy(FakeComm* c) {
 // The checks NCCL makes before it enqueues, plus the test's injected failure.
 Result check(FakeComm* c, size_t count, int type) {
   if (!c || (!c->comm && !c->hang)) return fail(kInvalidArgument, "comm is not a communicator");
+  if (c->sticky != kSuccess) return fail(c->sticky, "the communicator failed earlier");
   long reject = env("FAKE_NCCL_REJECT_COUNT", -1);
   if (reject >= 0 && count == (size_t)reject)
     return fail((Result)env("FAKE_NCCL_REJECT_CODE", kInvalidArgument),
@@ -112,7 +116,10 @@ Result check(FakeComm* c, size_t count, int type) {
 template <class F>
 Result op(const char* name, FakeComm* c, size_t count, int type, F&& f) {
   Result r = check(c, count, type);
-  if (r != kSuccess) return r;
+  if (r != kSuccess) {
+    if (c && c->nonBlocking) c->sticky = r;
+    return r;
+  }
   r = fromAccl(f(c->comm), name);
   if (r != kSuccess) return r;
   if (tlsDepth > 0) {
@@ -169,6 +176,10 @@ EXPORT Result FN(CommInitRank)(FakeComm** c, int nranks, acclUniqueId id, int ra
 
 EXPORT Result FN(CommGetAsyncError)(FakeComm* c, Result* state) {
   if (!c || !state) return fail(kInvalidArgument, "NULL argument");
+  if (c->sticky != kSuccess) {
+    *state = c->sticky;
+    return kSuccess;
+  }
   if (c->hang || c->busyPolls > 0) {
     c->busyPolls -= c->busyPolls > 0;
     *state = kInProgress;
@@ -197,8 +208,18 @@ EXPORT Result FN(CommAbort)(FakeComm* c) {
   return r;
 }
 
+// NCCL has no average of fp8 values (ncclFloat8e4m3 = 10, ncclFloat8e5m2 = 11, ncclAvg = 4).
+Result checkOp(FakeComm* c, int type, int redop) {
+  if (redop == 4 && (type == 10 || type == 11)) {
+    if (c && c->nonBlocking) c->sticky = kInvalidArgument;
+    return fail(kInvalidArgument, "ncclAvg is not supported for fp8 types");
+  }
+  return kSuccess;
+}
+
 EXPORT Result FN(AllReduce)(const void* s, void* r, size_t n, int t, int o, FakeComm* c,
                             void* st) {
+  if (Result e = checkOp(c, t, o)) return e;
   return op("allreduce", c, n, t, [&](acclComm_t a) {
     return acclAllReduce(s, r, n, (acclDataType_t)t, (acclRedOp_t)o, a, st);
   });
@@ -213,6 +234,7 @@ EXPORT Result FN(Broadcast)(const void* s, void* r, size_t n, int t, int root, F
 
 EXPORT Result FN(Reduce)(const void* s, void* r, size_t n, int t, int o, int root, FakeComm* c,
                          void* st) {
+  if (Result e = checkOp(c, t, o)) return e;
   return op("reduce", c, n, t, [&](acclComm_t a) {
     return acclReduce(s, r, n, (acclDataType_t)t, (acclRedOp_t)o, root, a, st);
   });
@@ -225,6 +247,7 @@ EXPORT Result FN(AllGather)(const void* s, void* r, size_t n, int t, FakeComm* c
 
 EXPORT Result FN(ReduceScatter)(const void* s, void* r, size_t n, int t, int o, FakeComm* c,
                                 void* st) {
+  if (Result e = checkOp(c, t, o)) return e;
   return op("reducescatter", c, n, t, [&](acclComm_t a) {
     return acclReduceScatter(s, r, n, (acclDataType_t)t, (acclRedOp_t)o, a, st);
   });

@@ -159,6 +159,9 @@ def _extended_types(uid, rank, size, env, fp8_supported):
             if fp8_supported:
                 comm.all_reduce(y)
                 check(bool((y.float() == size).all()), f"{dt} all_reduce: {y.float()}")
+                # NCCL has none, and its refusal would poison the communicator: never sent.
+                expect_raises(accl.NotSupportedError, "no average of float8", comm.all_reduce,
+                              y, accl.AVG)
             else:
                 expect_raises(accl.NotSupportedError, "NCCL added it in 2.24", comm.all_reduce, y)
         # The communicator is still usable after a type the library does not have.
@@ -172,6 +175,7 @@ def _errors(uid, rank, size, env):
     """Vendor errors come back as accl's codes with the library's own last-error text."""
     _setenv(env)
     os.environ["FAKE_NCCL_REJECT_COUNT"] = "7"
+    os.environ["ACCL_NCCL_BLOCKING"] = "1"  # non-blocking ones: _sticky_argument_error
     comm = accl.Communicator(uid, rank, size, timeout=TIMEOUT, backend="nccl")
     os.environ["FAKE_NCCL_REJECT_CODE"] = "4"
     msg = expect_raises(accl.InvalidArgumentError, "ncclAllReduce failed: invalid argument",
@@ -179,7 +183,7 @@ def _errors(uid, rank, size, env):
     check("nccl-fake: count 7 rejected (FAKE_NCCL_REJECT_COUNT)" in msg,
           f"the message lacks the library's last error: {msg!r}")
     x = np.ones(5, np.float32)
-    comm.all_reduce(x)  # an argument error leaves the communicator usable
+    comm.all_reduce(x)  # an argument error leaves a blocking communicator usable
     check_array(x, np.full(5, size), "all_reduce after an argument error")
     os.environ["FAKE_NCCL_REJECT_CODE"] = "5"
 
@@ -193,6 +197,22 @@ def _errors(uid, rank, size, env):
     expect_raises(accl.DeviceError, "unhandled cuda error", comm.broadcast, np.ones(7))
     # A device error leaves it unusable; destroying it aborts the vendor communicator.
     expect_raises(accl.DeviceError, "unusable after an earlier error", comm.all_reduce, x)
+    comm.destroy()
+    return True
+
+
+def _sticky_argument_error(uid, rank, size, env):
+    """NCCL keeps an argument error on a non-blocking communicator (the adapter's default) and
+    fails every later call with it: the error says so, and later calls are refused with it."""
+    _setenv(env)
+    os.environ["FAKE_NCCL_REJECT_COUNT"] = "7"
+    comm = accl.Communicator(uid, rank, size, timeout=TIMEOUT, backend="nccl")
+    msg = expect_raises(accl.InvalidArgumentError, "ncclAllReduce failed: invalid argument",
+                        comm.all_reduce, np.ones(7, np.float32))
+    check("unusable now" in msg, f"the message does not say the communicator is lost: {msg!r}")
+    msg = expect_raises(accl.InvalidUsageError, "unusable after an earlier error",
+                        comm.all_reduce, np.ones(5, np.float32))
+    check("count 7 rejected" in msg, f"the refusal does not name the earlier error: {msg!r}")
     comm.destroy()
     return True
 
@@ -306,6 +326,11 @@ def test_fake_vendor_errors(tmp_path):
     env = {"ACCL_NCCL_LIBRARY": fake("fakenccl"), "FAKE_NCCL_LOG": str(log)}
     assert run_ranks(2, _errors, env, make_comm=False) == [True] * 2
     assert log.read_text().split() == ["abort", "abort"], log.read_text()
+
+
+def test_fake_argument_error_on_non_blocking_communicator():
+    env = {"ACCL_NCCL_LIBRARY": fake("fakenccl")}
+    assert run_ranks(2, _sticky_argument_error, env, make_comm=False) == [True] * 2
 
 
 def test_fake_vendor_errors_without_last_error():

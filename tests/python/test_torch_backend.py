@@ -226,6 +226,11 @@ def scenario_ops() -> None:
         q.wait()
     _eq(recv_t[:4], torch.full((4,), float(prv)), "batch_isend_irecv ring")
     _raises(lambda: dist.recv(torch.empty(1)), "source", "recv from any source")
+    # A device no accl backend serves here: refused at the call, naming the devices served.
+    # (torch itself answers ops on meta tensors, so this calls the backend directly.)
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    _raises(lambda: backend.allreduce([torch.ones(2, device="meta")]),
+            "no accl backend serves meta", "a tensor on a device accl does not serve")
 
     # Coalesced all-reduces: all_reduce_coalesced and the coalescing manager.
     ts = [torch.full((3,), float(r)), torch.full((5,), float(2 * r))]
