@@ -12,6 +12,7 @@
 #include "compose.h"
 #include "errors.h"
 #include "logging.h"
+#include "memory.h"
 #include "params.h"
 #include "types.h"
 
@@ -207,6 +208,8 @@ struct QueuedOp {
 thread_local int tlsGroupDepth = 0;
 thread_local std::vector<QueuedOp> tlsGroupOps;
 
+void chooseBackend(Comm& c, const OpDesc& d);
+
 // An operation on a communicator: `check` validates (throwing acclInvalidArgument), then `run`
 // calls the backend now, or at acclGroupEnd inside a group.
 template <class Check, class Run>
@@ -219,6 +222,7 @@ acclResult_t commOp(const OpDesc& d, acclComm_t comm, const Check& check, Run&& 
     } catch (const Error& err) {
       ACCL_THROW(err.code(), "rank %d/%d: %s", c.rank, c.nranks, err.what());
     }
+    if (!c.backend) chooseBackend(c, d);
     uint64_t seq = ++c.seq;
     if (c.checkArgs && !d.p2p) checkAgreement(c, d, seq);
     bool queued = tlsGroupDepth > 0;
@@ -274,6 +278,50 @@ void checkOverlap(const Span& send, const Span& recv, size_t inPlaceOffset, bool
 acclResult_t bootstrapAllGather(void* handle, void* data, size_t bytes);
 acclResult_t bootstrapBarrier(void* handle);
 
+// Creates the backend's communicator: a collective over the bootstrap.
+void startBackend(Comm& c) {
+  c.backend = findBackend(c.backendName).table;
+  c.backendName = c.backend->name;
+  takeBackendMessage();
+  acclResult_t r = c.backend->commInit(&c.args, &c.bcomm);
+  if (r != acclSuccess) {
+    c.backend = nullptr;
+    ACCL_THROW(r, "rank %d/%d: backend %s could not create its communicator: %s", c.rank,
+               c.nranks, c.backendName.c_str(), takeBackendMessage().c_str());
+  }
+  ACCL_INFO("INIT", "rank %d/%d ready on backend %s", c.rank, c.nranks, c.backendName.c_str());
+}
+
+// A communicator whose backend follows its buffers' memory starts the backend at its first
+// collective, from the memory of that collective's buffers, which every rank must agree on.
+// Only a collective can start it: the backend's creation needs every rank.
+void chooseBackend(Comm& c, const OpDesc& d) {
+  if (d.p2p || !d.buf)
+    ACCL_THROW(acclInvalidUsage, "rank %d/%d: %s cannot be this communicator's first operation: "
+               "no backend was named and a process of it uses CUDA, so the memory of the first "
+               "collective's buffers chooses the backend. Call a collective with buffers first "
+               "(every rank), or name the backend (config->backend or ACCL_BACKEND)", c.rank,
+               c.nranks, d.name);
+  Memory m = memoryOf(d.buf);
+  std::vector<int8_t> all(c.nranks);
+  all[c.rank] = static_cast<int8_t>(m);
+  c.bootstrap->allGather(all.data(), 1, c.args.timeout);
+  for (int r = 1; r < c.nranks; ++r)
+    if (all[r] != all[0])
+      ACCL_THROW(acclInvalidUsage, "rank %d/%d: %s, the first collective, chooses the backend "
+                 "by the buffers' memory, but rank 0 passed %s and rank %d %s", c.rank, c.nranks,
+                 d.name, memoryName(Memory(all[0])), r, memoryName(Memory(all[r])));
+  c.backendName = backendForMemory(m);
+  ACCL_INFO("INIT", "rank %d/%d: %s on %s: backend %s", c.rank, c.nranks, d.name,
+            memoryName(m), c.backendName.c_str());
+  try {
+    startBackend(c);
+  } catch (const Error& e) {
+    markBroken(c, e.code(), e.what());
+    throw;
+  }
+}
+
 void initComm(Comm& c, const acclUniqueId& id, double timeout) {
   c.checkArgs = paramInt(Param::Check) != 0;
   c.traceDir = paramString(Param::TraceDir);
@@ -282,8 +330,8 @@ void initComm(Comm& c, const acclUniqueId& id, double timeout) {
   c.createdUnixUs = std::chrono::duration_cast<std::chrono::microseconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();
-  c.backend = findBackend(c.backendName).table;
-  c.backendName = c.backend->name;
+  // A named backend is looked up before the rendezvous, so a bad name fails at once.
+  if (!c.backendName.empty()) findBackend(c.backendName);
   c.bootstrap = std::make_unique<Bootstrap>(id, c.rank, c.nranks, timeout, &c.abortFlag);
   c.args = {sizeof(acclBackendCommArgs_v1),
             ACCL_BACKEND_ABI_VERSION,
@@ -296,12 +344,21 @@ void initComm(Comm& c, const acclUniqueId& id, double timeout) {
             &c,
             &bootstrapAllGather,
             &bootstrapBarrier};
-  takeBackendMessage();
-  acclResult_t r = c.backend->commInit(&c.args, &c.bcomm);
-  if (r != acclSuccess)
-    ACCL_THROW(r, "rank %d/%d: backend %s could not create its communicator: %s", c.rank,
-               c.nranks, c.backendName.c_str(), takeBackendMessage().c_str());
-  ACCL_INFO("INIT", "rank %d/%d ready on backend %s", c.rank, c.nranks, c.backendName.c_str());
+  if (c.backendName.empty()) {
+    // No backend named: it follows the buffers' memory. Where no rank's process has loaded
+    // CUDA, that can only be host memory, and the cpu backend starts now; otherwise the first
+    // collective chooses (chooseBackend).
+    std::vector<uint8_t> cuda(c.nranks);
+    cuda[c.rank] = cudaLoaded();
+    c.bootstrap->allGather(cuda.data(), 1, timeout);
+    if (std::find(cuda.begin(), cuda.end(), 1) != cuda.end()) {
+      ACCL_INFO("INIT", "rank %d/%d: no backend named and CUDA is loaded: the first "
+                "collective's buffers choose it", c.rank, c.nranks);
+      return;
+    }
+    c.backendName = "cpu";
+  }
+  startBackend(c);
 }
 
 // The bootstrap as the backend sees it; a failure's text goes where the backend's would.
@@ -492,7 +549,7 @@ acclResult_t acclCommFinalize(acclComm_t comm) {
     Entered e(comm);
     Comm& c = e.comm();
     uint64_t seq = ++c.seq;
-    runOnBackend(c, seq, [](Comm& c) { return c.backend->commFinalize(c.bcomm); });
+    if (c.backend) runOnBackend(c, seq, [](Comm& c) { return c.backend->commFinalize(c.bcomm); });
     c.bootstrap->barrier(c.args.timeout);
     c.finalized = true;
     return acclSuccess;
@@ -539,7 +596,9 @@ acclResult_t acclCommGetBackend(const acclComm_t comm, const char** name) {
   return api("acclCommGetBackend", [&] {
     ACCL_ARG_CHECK(name, "name is NULL");
     Entered e(comm, true);
-    *name = e.comm().backend ? e.comm().backend->name : e.comm().backendName.c_str();
+    const Comm& c = e.comm();
+    // "auto" until the first collective's buffers choose (chooseBackend).
+    *name = c.backend ? c.backend->name : c.backendName.empty() ? "auto" : c.backendName.c_str();
     return acclSuccess;
   });
 }
@@ -593,7 +652,7 @@ acclResult_t acclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            acclDataType_t datatype, acclRedOp_t op, acclComm_t comm,
                            void* stream) {
   return commOp(
-      OpDesc{"acclAllReduce", datatype, count, -1, op}, comm,
+      OpDesc{"acclAllReduce", datatype, count, -1, op, false, recvbuff}, comm,
       [&](Comm&) {
         checkType(datatype);
         checkOp(op);
@@ -610,7 +669,7 @@ acclResult_t acclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
 acclResult_t acclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                            acclDataType_t datatype, int root, acclComm_t comm, void* stream) {
   return commOp(
-      OpDesc{"acclBroadcast", datatype, count, root}, comm,
+      OpDesc{"acclBroadcast", datatype, count, root, -1, false, recvbuff}, comm,
       [&](Comm& c) {
         checkType(datatype);
         checkRank(c, root, "root");
@@ -636,7 +695,7 @@ acclResult_t acclReduce(const void* sendbuff, void* recvbuff, size_t count,
                         acclDataType_t datatype, acclRedOp_t op, int root, acclComm_t comm,
                         void* stream) {
   return commOp(
-      OpDesc{"acclReduce", datatype, count, root, op}, comm,
+      OpDesc{"acclReduce", datatype, count, root, op, false, sendbuff}, comm,
       [&](Comm& c) {
         checkType(datatype);
         checkOp(op);
@@ -656,7 +715,7 @@ acclResult_t acclReduce(const void* sendbuff, void* recvbuff, size_t count,
 acclResult_t acclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                            acclDataType_t datatype, acclComm_t comm, void* stream) {
   return commOp(
-      OpDesc{"acclAllGather", datatype, sendcount}, comm,
+      OpDesc{"acclAllGather", datatype, sendcount, -1, -1, false, recvbuff}, comm,
       [&](Comm& c) {
         checkType(datatype);
         size_t bytes = sendcount * typeSize(datatype);
@@ -674,7 +733,7 @@ acclResult_t acclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                acclDataType_t datatype, acclRedOp_t op, acclComm_t comm,
                                void* stream) {
   return commOp(
-      OpDesc{"acclReduceScatter", datatype, recvcount, -1, op}, comm,
+      OpDesc{"acclReduceScatter", datatype, recvcount, -1, op, false, recvbuff}, comm,
       [&](Comm& c) {
         checkType(datatype);
         checkOp(op);
@@ -693,7 +752,7 @@ acclResult_t acclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 acclResult_t acclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                           acclDataType_t datatype, acclComm_t comm, void* stream) {
   return commOp(
-      OpDesc{"acclAlltoAll", datatype, count}, comm,
+      OpDesc{"acclAlltoAll", datatype, count, -1, -1, false, recvbuff}, comm,
       [&](Comm& c) {
         checkType(datatype);
         size_t bytes = count * typeSize(datatype) * c.nranks;
@@ -712,7 +771,7 @@ acclResult_t acclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
 acclResult_t acclGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                         acclDataType_t datatype, int root, acclComm_t comm, void* stream) {
   return commOp(
-      OpDesc{"acclGather", datatype, sendcount, root}, comm,
+      OpDesc{"acclGather", datatype, sendcount, root, -1, false, sendbuff}, comm,
       [&](Comm& c) {
         checkType(datatype);
         checkRank(c, root, "root");
@@ -738,7 +797,7 @@ acclResult_t acclGather(const void* sendbuff, void* recvbuff, size_t sendcount,
 acclResult_t acclScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                          acclDataType_t datatype, int root, acclComm_t comm, void* stream) {
   return commOp(
-      OpDesc{"acclScatter", datatype, recvcount, root}, comm,
+      OpDesc{"acclScatter", datatype, recvcount, root, -1, false, recvbuff}, comm,
       [&](Comm& c) {
         checkType(datatype);
         checkRank(c, root, "root");

@@ -8,9 +8,11 @@
   X(Debug, "ACCL_DEBUG", "WARN", "Log level on stderr: NONE, WARN, INFO or TRACE.")             \
   X(DebugSubsys, "ACCL_DEBUG_SUBSYS", "ALL",                                                   \
     "Comma-separated subsystems to log (INIT, BOOTSTRAP, SHM, COLL, P2P), or ALL.")            \
-  X(Backend, "ACCL_BACKEND", "cpu",                                                            \
+  X(Backend, "ACCL_BACKEND", "",                                                               \
     "Backend for communicators whose config names none: a name (cpu, nccl, ...; plugins are "  \
-    "found as libaccl-backend-<name>.so next to libaccl.so, then on the library path).")       \
+    "found as libaccl-backend-<name>.so next to libaccl.so, then on the library path). Unset: "\
+    "the backend follows the buffers' memory: cpu, or nccl for CUDA device memory (the first " \
+    "collective's buffers choose when a rank's process has loaded CUDA).")                    \
   X(BackendPlugin, "ACCL_BACKEND_PLUGIN", "",                                                  \
     "Path of a backend plugin library; when set, it is the default backend.")                  \
   X(Timeout, "ACCL_TIMEOUT", "600",                                                            \

@@ -21,6 +21,7 @@ struct OpDesc {
   int root = -1;   // root, or peer for send/recv; -1 if none
   int redop = -1;  // acclRedOp_t, -1 if none
   bool p2p = false;
+  const void* buf = nullptr;  // a buffer every rank passes: its memory can choose the backend
 };
 
 class Trace {

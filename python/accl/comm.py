@@ -155,7 +155,8 @@ class Communicator:
 
     ``unique_id`` is the same accl.get_unique_id() value on every rank (bytes, or its hex
     string); ``timeout`` is the seconds any call may block (None: ACCL_TIMEOUT, default 600);
-    ``backend`` names the backend (None: ACCL_BACKEND, default "cpu"). Creating it blocks until
+    ``backend`` names the backend (None: ACCL_BACKEND; unset, the backend follows the buffers'
+    memory: "cpu", or "nccl" for CUDA device memory, see docs/api.md). Creating it blocks until
     all ``size`` ranks have joined. Use it as a context manager to destroy it on exit.
     """
 
@@ -204,11 +205,14 @@ class Communicator:
 
     @property
     def backend(self) -> str:
+        """The backend's name; "auto" until the first collective's buffers choose it."""
+        if self._backend == "auto" and self._comm is not None:
+            self._backend = self._comm.backend
         return self._backend
 
     def __repr__(self) -> str:
         state = "" if self._comm is not None else ", destroyed"
-        return f"<accl.Communicator rank {self._rank} of {self._size}, {self._backend}{state}>"
+        return f"<accl.Communicator rank {self._rank} of {self._size}, {self.backend}{state}>"
 
     def __enter__(self) -> Communicator:
         return self

@@ -2,7 +2,8 @@
 # The GPU check (issues 3 and 4): on a machine with an NVIDIA GPU, torch with CUDA and the
 # nvidia-nccl wheel, in under 5 minutes: build (the torch backend against that torch), run the
 # conformance suite on the nccl backend, time all_reduce through accl against NCCL called
-# directly, and run the torch backend on cuda tensors. One summary line per check.
+# directly, run the torch backend on cuda tensors, and let device memory choose the backend.
+# One summary line per check.
 # It uses the Python that has torch (PYTHON, default python3) and installs nothing.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,4 +34,5 @@ fi
 # Each prints its own PASS/FAIL lines; a failure there (or a crash) fails the check.
 timeout 120 "$PY" tests/gpu/bench_allreduce.py || status=1
 timeout 120 "$PY" tests/gpu/torch_check.py || status=1
+timeout 60 "$PY" tests/gpu/follow_memory.py || status=1
 exit $status

@@ -217,6 +217,28 @@ def _sticky_argument_error(uid, rank, size, env):
     return True
 
 
+def _follow_memory(uid, rank, size, env, device_ranks, first):
+    """No backend named, in processes that loaded "CUDA" (the fake driver): the first
+    collective's buffers choose the backend on every rank."""
+    _setenv(env)
+    os.environ["FAKE_CUDA_DEVICE"] = "1" if rank in device_ranks else "0"
+    ctypes.CDLL(os.path.join(FAKE_DIR, "libfakecuda.so"), mode=ctypes.RTLD_GLOBAL)
+    comm = accl.Communicator(uid, rank, size, timeout=TIMEOUT)
+    check(comm.backend == "auto", f"backend {comm.backend!r} before the first collective")
+    x = np.full(5, rank + 1.0, np.float32)
+    if first == "send":
+        return expect_raises(accl.InvalidUsageError, "cannot be this communicator's first",
+                             comm.send, x, (rank + 1) % size)
+    if len(device_ranks) not in (0, size):
+        return expect_raises(accl.InvalidUsageError, "by the buffers' memory", comm.all_reduce, x)
+    comm.all_reduce(x)
+    check_array(x, np.full(5, size * (size + 1) / 2), "all_reduce that chose the backend")
+    comm.send(x, (rank + 1) % size) if rank % 2 == 0 else comm.recv(x, (rank - 1) % size)
+    backend = comm.backend
+    comm.destroy()
+    return backend
+
+
 def _reject_once(uid, rank, size, env):
     _setenv(env)
     with accl.Communicator(uid, rank, size, timeout=TIMEOUT, backend="nccl") as comm:
@@ -331,6 +353,19 @@ def test_fake_vendor_errors(tmp_path):
 def test_fake_argument_error_on_non_blocking_communicator():
     env = {"ACCL_NCCL_LIBRARY": fake("fakenccl")}
     assert run_ranks(2, _sticky_argument_error, env, make_comm=False) == [True] * 2
+
+
+@pytest.mark.parametrize("device_ranks,first,expect", [
+    ((0, 1), "all_reduce", ["nccl", "nccl"]),
+    ((), "all_reduce", ["cpu", "cpu"]),
+    ((0,), "all_reduce", ["rank 0 passed CUDA device memory and rank 1 host memory"] * 2),
+    ((0, 1), "send", ["name the backend"] * 2),
+])
+def test_backend_follows_buffer_memory(device_ranks, first, expect):
+    fake("fakecuda")
+    env = {"ACCL_NCCL_LIBRARY": fake("fakenccl")}
+    got = run_ranks(2, _follow_memory, env, device_ranks, first, make_comm=False)
+    assert all(e in g for e, g in zip(expect, got)), got
 
 
 def test_fake_vendor_errors_without_last_error():
