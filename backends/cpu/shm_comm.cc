@@ -248,11 +248,12 @@ ShmComm::~ShmComm() {
 void ShmComm::checkAbort(const std::function<bool(int)>& awaited) const {
   if (__atomic_load_n(args_->abortFlag, __ATOMIC_ACQUIRE))
     ACCL_THROW(acclRemoteError, "the communicator was aborted");
-  int by = header_->abortedBy.load(std::memory_order_acquire);
-  if (by) ACCL_THROW(acclRemoteError, "rank %d aborted the communicator", by - 1);
+  // A failure first: a rank that failed then aborted says more by why it failed.
   for (int r = 0; r < nranks_; ++r)
     if (r != rank_ && ctrl_[r].failed.load(std::memory_order_acquire) && awaited(r))
       ACCL_THROW(acclRemoteError, "rank %d failed: %s", members_[r], note(r).c_str());
+  int by = header_->abortedBy.load(std::memory_order_acquire);
+  if (by) ACCL_THROW(acclRemoteError, "rank %d aborted the communicator", by - 1);
   if (canSeePeers_) checkPeersAlive(awaited);
 }
 
