@@ -7,7 +7,7 @@
 #define ACCL_PARAMS(X)                                                                         \
   X(Debug, "ACCL_DEBUG", "WARN", "Log level on stderr: NONE, WARN, INFO or TRACE.")             \
   X(DebugSubsys, "ACCL_DEBUG_SUBSYS", "ALL",                                                   \
-    "Comma-separated subsystems to log (INIT, BOOTSTRAP, SHM, COLL, P2P), or ALL.")            \
+    "Comma-separated subsystems to log (INIT, BOOTSTRAP, SHM, NET, COLL, P2P), or ALL.")            \
   X(Backend, "ACCL_BACKEND", "cpu",                                                            \
     "Backend for communicators whose config names none: a name (cpu, nccl, ...; plugins are "  \
     "found as libaccl-backend-<name>.so next to libaccl.so, then on the library path).")       \

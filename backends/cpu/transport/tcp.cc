@@ -18,24 +18,11 @@ namespace accl {
 namespace cpu {
 namespace {
 
-constexpr uint32_t kConnMagic = 0x4e434341;  // "ACCN": a connection of the transport
 constexpr uint32_t kMsgMagic = 0x4d434341;   // "ACCM": a message header
 constexpr size_t kSplitMin = 256 << 10;      // smaller messages use one connection
 constexpr size_t kSplitAlign = 4096;
 constexpr double kHelloSeconds = 5.0;        // a connection gets this long to say who it is
 constexpr size_t kMaxIo = 4 << 20;           // bytes per system call: keeps the sockets fair
-
-struct Endpoint {
-  WireAddr addr;  // family 0: this rank has no peer on another node
-  int32_t nsocks;
-  uint8_t token[16];
-};
-
-struct ConnHello {
-  uint32_t magic;
-  int32_t rank, sock, nsocks;
-  uint8_t token[16];  // the listener's, as published through the bootstrap
-};
 
 bool sameToken(const uint8_t* a, const uint8_t* b) {
   uint8_t d = 0;  // constant time
@@ -74,8 +61,8 @@ void TcpTransport::connectMesh(const acclBackendCommArgs_v1* args,
                                const std::vector<bool>& remote) {
   const volatile int* abortFlag = args->abortFlag;
   Deadline dl = Deadline::in(args->timeout);
-  std::vector<Endpoint> eps(nranks_);
-  Endpoint& mine = eps[rank_];
+  std::vector<TcpEndpoint> eps(nranks_);
+  TcpEndpoint& mine = eps[rank_];
   mine.nsocks = nsocks_;
   Socket listener;
   bool any = std::find(remote.begin(), remote.end(), true) != remote.end();
@@ -87,7 +74,7 @@ void TcpTransport::connectMesh(const acclBackendCommArgs_v1* args,
     ACCL_INFO("NET", "rank %d: TCP transport listening at %s, %d connections per peer", rank_,
               a.str().c_str(), nsocks_);
   }
-  acclResult_t r = args->allGather(args->bootstrap, eps.data(), sizeof(Endpoint));
+  acclResult_t r = args->allGather(args->bootstrap, eps.data(), sizeof(TcpEndpoint));
   if (r != acclSuccess) ACCL_THROW(r, "bootstrap exchange of TCP addresses failed");
   addrs_.resize(nranks_);
   socks_.resize(nranks_);
@@ -109,7 +96,7 @@ void TcpTransport::connectMesh(const acclBackendCommArgs_v1* args,
       try {
         s = Socket::connect(addrs_[q], dl, abortFlag);
         tune(s.fd(), args->timeout);
-        ConnHello h{kConnMagic, rank_, i, nsocks_, {}};
+        TcpHello h{kTcpHelloMagic, rank_, i, nsocks_, {}};
         memcpy(h.token, eps[q].token, sizeof(h.token));
         s.sendAll(&h, sizeof(h), dl, abortFlag);
       } catch (const Error& e) {
@@ -124,7 +111,7 @@ void TcpTransport::connectMesh(const acclBackendCommArgs_v1* args,
   // Accept the lower ranks' connections; anything else is logged and dropped.
   struct Pending {
     Socket s;
-    ConnHello h;
+    TcpHello h;
     size_t got;
     Deadline dl;
   };
@@ -169,8 +156,8 @@ void TcpTransport::connectMesh(const acclBackendCommArgs_v1* args,
         if (p.dl.expired()) drop(p, "said nothing for 5 s");
         continue;
       }
-      const ConnHello& h = p.h;
-      if (h.magic != kConnMagic) drop(p, "not an accl peer");
+      const TcpHello& h = p.h;
+      if (h.magic != kTcpHelloMagic) drop(p, "not an accl peer");
       else if (!sameToken(h.token, mine.token)) drop(p, "wrong token (not of this communicator)");
       else if (h.rank < 0 || h.rank >= rank_ || !remote[h.rank] || h.sock < 0 ||
                h.sock >= nsocks_ || socks_[h.rank][h.sock].valid())

@@ -29,6 +29,20 @@ namespace cpu {
 
 constexpr int kMaxSocks = 16;
 
+// Wire formats. What each rank publishes through the bootstrap:
+struct TcpEndpoint {
+  WireAddr addr;  // family 0: this rank has no peer on another node
+  int32_t nsocks;
+  uint8_t token[16];
+};
+// What a connecting rank sends first on each connection.
+constexpr uint32_t kTcpHelloMagic = 0x4e434341;  // "ACCN"
+struct TcpHello {
+  uint32_t magic;
+  int32_t rank, sock, nsocks;
+  uint8_t token[16];  // the listener's, as published through the bootstrap
+};
+
 struct NetOp {
   bool send = false;
   int peer = -1;  // rank in the communicator
