@@ -28,13 +28,6 @@ constexpr uint32_t kHelloMagic = 0x4f4c4548, kStarMagic = 0x52415453, kGatherMag
 // A stranger gets this long to complete the handshake, so a stalled one cannot hold up the job.
 constexpr double kHandshakeSeconds = 5.0;
 
-struct WireAddr {
-  uint16_t family;
-  uint16_t port;  // network order
-  uint32_t scope;
-  uint8_t addr[16];
-};
-
 struct IdBody {
   uint32_t magic;
   uint16_t version;
@@ -73,44 +66,6 @@ struct GatherHeader {
   uint32_t pad;
   uint64_t bytes;
 };
-
-WireAddr toWire(const SockAddr& a) {
-  WireAddr w{};
-  w.family = a.ss.ss_family;
-  if (w.family == AF_INET) {
-    auto* in = reinterpret_cast<const sockaddr_in*>(&a.ss);
-    w.port = in->sin_port;
-    memcpy(w.addr, &in->sin_addr, 4);
-  } else if (w.family == AF_INET6) {
-    auto* in = reinterpret_cast<const sockaddr_in6*>(&a.ss);
-    w.port = in->sin6_port;
-    w.scope = in->sin6_scope_id;
-    memcpy(w.addr, &in->sin6_addr, 16);
-  }
-  return w;
-}
-
-SockAddr fromWire(const WireAddr& w) {
-  SockAddr a;
-  if (w.family == AF_INET) {
-    auto* in = reinterpret_cast<sockaddr_in*>(&a.ss);
-    in->sin_family = AF_INET;
-    in->sin_port = w.port;
-    memcpy(&in->sin_addr, w.addr, 4);
-    a.len = sizeof(sockaddr_in);
-  } else if (w.family == AF_INET6) {
-    auto* in = reinterpret_cast<sockaddr_in6*>(&a.ss);
-    in->sin6_family = AF_INET6;
-    in->sin6_port = w.port;
-    in->sin6_scope_id = w.scope;
-    memcpy(&in->sin6_addr, w.addr, 16);
-    a.len = sizeof(sockaddr_in6);
-  } else {
-    ACCL_THROW(acclInvalidArgument, "the unique id holds no valid address (family %d): it was "
-               "not made by acclGetUniqueId or was corrupted in transit", w.family);
-  }
-  return a;
-}
 
 void mac(const uint8_t* secret, char role, const uint8_t* a, const uint8_t* b, uint8_t* out) {
   uint8_t msg[1 + 2 * kNonceBytes];
@@ -185,15 +140,6 @@ void clientHandshake(Socket& s, const uint8_t* secret, Deadline dl, const volati
   if (!macEqual(want, confirm))
     ACCL_THROW(acclInvalidUsage, "%s at %s could not prove the unique id's secret", what,
                s.peer().str().c_str());
-}
-
-std::string localHostId() {
-  char host[64] = "";
-  gethostname(host, sizeof(host) - 1);
-  std::string boot;
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::getline(f, boot);
-  return std::string(host) + ":" + boot;
 }
 
 // Accepts connections and authenticates each on a short-lived thread of its own, so a stalled
@@ -424,7 +370,7 @@ Bootstrap::Bootstrap(const acclUniqueId& uid, int rank, int nranks, double timeo
     listener = Socket::listen(a, false);
     me.listen = toWire(a);
   }
-  snprintf(me.hostId, sizeof(me.hostId), "%s", localHostId().c_str());
+  snprintf(me.hostId, sizeof(me.hostId), "%s", hostIdentity().c_str());
 
   std::vector<Hello> table(nranks);
   {

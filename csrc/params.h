@@ -7,7 +7,7 @@
 #define ACCL_PARAMS(X)                                                                         \
   X(Debug, "ACCL_DEBUG", "WARN", "Log level on stderr: NONE, WARN, INFO or TRACE.")             \
   X(DebugSubsys, "ACCL_DEBUG_SUBSYS", "ALL",                                                   \
-    "Comma-separated subsystems to log (INIT, BOOTSTRAP, SHM, COLL, P2P), or ALL.")            \
+    "Comma-separated subsystems to log (INIT, BOOTSTRAP, SHM, NET, COLL, P2P), or ALL.")       \
   X(Backend, "ACCL_BACKEND", "",                                                               \
     "Backend for communicators whose config names none: a name (cpu, nccl, ...; plugins are "  \
     "found as libaccl-backend-<name>.so next to libaccl.so, then on the library path). Unset: "\
@@ -23,8 +23,20 @@
   X(CommSecret, "ACCL_COMM_SECRET", "",                                                        \
     "Shared secret for ACCL_COMM_ID mode; all ranks must see the same value.")                 \
   X(SocketIfname, "ACCL_SOCKET_IFNAME", "",                                                    \
-    "Network interface (name prefix) for the bootstrap; default: the first up, "               \
-    "non-loopback IPv4 interface, else loopback.")                                             \
+    "Network interfaces for the bootstrap and the TCP transport, as NCCL_SOCKET_IFNAME: a "    \
+    "comma list of name prefixes (eth,ens), ^ to exclude them (^docker,lo), = for exact names " \
+    "(=eth0); default: the first up, non-loopback interface, else loopback.")                   \
+  X(SocketFamily, "ACCL_SOCKET_FAMILY", "",                                                    \
+    "AF_INET or AF_INET6: the only address family used; default: IPv4 first, then IPv6.")       \
+  X(SocketNsocks, "ACCL_SOCKET_NSOCKS", "2",                                                   \
+    "TCP connections per pair of ranks on different nodes; messages of 256 KiB and more are "   \
+    "split across them.")                                                                      \
+  X(HostId, "ACCL_HOSTID", "",                                                                 \
+    "This process's host identity; ranks with the same one share memory. Default: the host "   \
+    "name and /proc/sys/kernel/random/boot_id.")                                               \
+  X(Algo, "ACCL_ALGO", "",                                                                     \
+    "Forces an algorithm: a list of collective:algorithm items separated by ; or , "          \
+    "(allreduce:ring or allreduce:hier); default: chosen by node count and size.")             \
   X(ShmSlotBytes, "ACCL_SHM_SLOT_BYTES", "0",                                                  \
     "Bytes of shared-memory staging per rank and buffer (two buffers per rank); 0: 16 MiB "    \
     "divided by the rank count, between 1 and 4 MiB.")                                          \

@@ -12,7 +12,9 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <thread>
+#include <vector>
 
 #include "errors.h"
 #include "params.h"
@@ -67,6 +69,44 @@ std::string SockAddr::str() const {
   return "(no address)";
 }
 
+WireAddr toWire(const SockAddr& a) {
+  WireAddr w{};
+  w.family = a.ss.ss_family;
+  if (w.family == AF_INET) {
+    auto* in = reinterpret_cast<const sockaddr_in*>(&a.ss);
+    w.port = in->sin_port;
+    memcpy(w.addr, &in->sin_addr, 4);
+  } else if (w.family == AF_INET6) {
+    auto* in = reinterpret_cast<const sockaddr_in6*>(&a.ss);
+    w.port = in->sin6_port;
+    w.scope = in->sin6_scope_id;
+    memcpy(w.addr, &in->sin6_addr, 16);
+  }
+  return w;
+}
+
+SockAddr fromWire(const WireAddr& w) {
+  SockAddr a;
+  if (w.family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&a.ss);
+    in->sin_family = AF_INET;
+    in->sin_port = w.port;
+    memcpy(&in->sin_addr, w.addr, 4);
+    a.len = sizeof(sockaddr_in);
+  } else if (w.family == AF_INET6) {
+    auto* in = reinterpret_cast<sockaddr_in6*>(&a.ss);
+    in->sin6_family = AF_INET6;
+    in->sin6_port = w.port;
+    in->sin6_scope_id = w.scope;
+    memcpy(&in->sin6_addr, w.addr, 16);
+    a.len = sizeof(sockaddr_in6);
+  } else {
+    ACCL_THROW(acclInvalidArgument, "the unique id holds no valid address (family %d): it was "
+               "not made by acclGetUniqueId or was corrupted in transit", w.family);
+  }
+  return a;
+}
+
 SockAddr parseHostPort(const std::string& hp) {
   std::string host, port;
   if (!hp.empty() && hp[0] == '[') {
@@ -94,29 +134,81 @@ SockAddr parseHostPort(const std::string& hp) {
   return a;
 }
 
+namespace {
+
+// ACCL_SOCKET_IFNAME as NCCL_SOCKET_IFNAME reads it: "eth,ib" (prefixes), "=eth0" (exact
+// names), "^docker,lo" (all but these), "^=docker0".
+struct IfFilter {
+  bool exclude = false, exact = false;
+  std::vector<std::string> names;
+  explicit IfFilter(std::string spec) {
+    if (!spec.empty() && spec[0] == '^') exclude = true, spec.erase(0, 1);
+    if (!spec.empty() && spec[0] == '=') exact = true, spec.erase(0, 1);
+    size_t pos = 0;
+    while (pos <= spec.size()) {
+      size_t comma = spec.find(',', pos);
+      if (comma == std::string::npos) comma = spec.size();
+      if (comma > pos) names.push_back(spec.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+  }
+  bool matches(const char* ifname) const {
+    bool any = false;
+    for (auto& n : names)
+      any |= exact ? n == ifname : strncmp(ifname, n.c_str(), n.size()) == 0;
+    return any != exclude;
+  }
+};
+
+}  // namespace
+
 SockAddr localAddress() {
   std::string want = paramString(Param::SocketIfname);
+  std::string family = paramString(Param::SocketFamily);
+  int onlyFamily = 0;
+  if (family == "AF_INET" || family == "4") onlyFamily = AF_INET;
+  else if (family == "AF_INET6" || family == "6") onlyFamily = AF_INET6;
+  else ACCL_ARG_CHECK(family.empty(), "ACCL_SOCKET_FAMILY=%s is not AF_INET or AF_INET6",
+                      family.c_str());
+  IfFilter filter(want);
   ifaddrs* ifs = nullptr;
   ACCL_SYSCHECK(getifaddrs(&ifs), "getifaddrs", "");
-  SockAddr found, loopback;
-  for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+  // Best first: not loopback, then IPv4, then the interface order. Link-local IPv6 addresses
+  // are skipped: their scope id means nothing on another host.
+  SockAddr best;
+  int bestRank = 1 << 30, order = 0;
+  for (ifaddrs* i = ifs; i; i = i->ifa_next, ++order) {
     if (!i->ifa_addr || !(i->ifa_flags & IFF_UP)) continue;
     int fam = i->ifa_addr->sa_family;
     if (fam != AF_INET && fam != AF_INET6) continue;
+    if (onlyFamily && fam != onlyFamily) continue;
+    if (fam == AF_INET6 &&
+        IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr))
+      continue;
     bool isLo = i->ifa_flags & IFF_LOOPBACK;
-    bool match = want.empty() ? (fam == AF_INET && !isLo)
-                              : strncmp(i->ifa_name, want.c_str(), want.size()) == 0;
-    SockAddr a;
-    a.len = fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-    memcpy(&a.ss, i->ifa_addr, a.len);
-    if (match && !found.len) found = a;
-    if (isLo && fam == AF_INET && !loopback.len) loopback = a;
+    if (!want.empty() && !filter.matches(i->ifa_name)) continue;
+    int rank = (isLo ? 1 << 20 : 0) + (fam == AF_INET ? 0 : 1 << 19) + order;
+    if (rank >= bestRank) continue;
+    bestRank = rank;
+    best.len = fam == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    memcpy(&best.ss, i->ifa_addr, best.len);
   }
   freeifaddrs(ifs);
-  if (!found.len && !want.empty())
-    ACCL_THROW(acclSystemError, "no up interface matches ACCL_SOCKET_IFNAME=%s (see `ip addr`)",
-               want.c_str());
-  return found.len ? found : loopback;
+  if (!best.len)
+    ACCL_THROW(acclSystemError, "no up interface matches ACCL_SOCKET_IFNAME=%s%s%s (see `ip addr`)",
+               want.c_str(), family.empty() ? "" : " and ACCL_SOCKET_FAMILY=", family.c_str());
+  return best;
+}
+
+std::string hostIdentity() {
+  std::string id = paramString(Param::HostId);
+  if (!id.empty()) return id;
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);
+  std::string boot;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot);
+  return std::string(host) + ":" + boot;
 }
 
 Socket& Socket::operator=(Socket&& o) noexcept {

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 namespace accl {
@@ -28,11 +29,27 @@ struct SockAddr {
   std::string str() const;  // "1.2.3.4:5678" or "[::1]:5678"
 };
 
+// An address as it travels between ranks (in the unique id, the bootstrap, the transport).
+struct WireAddr {
+  uint16_t family;
+  uint16_t port;  // network order
+  uint32_t scope;
+  uint8_t addr[16];
+};
+WireAddr toWire(const SockAddr& a);
+// Throws acclInvalidArgument for a family other than IPv4 and IPv6.
+SockAddr fromWire(const WireAddr& w);
+
 // "host:port" or "[v6]:port"; the host may be a name.
 SockAddr parseHostPort(const std::string& hostPort);
-// The address this host is reached at: ACCL_SOCKET_IFNAME's interface, else the first up
-// non-loopback IPv4 interface, else loopback. Port 0.
+// The address this host is reached at: the first up interface ACCL_SOCKET_IFNAME allows (NCCL
+// syntax), non-loopback before loopback and IPv4 before IPv6 (ACCL_SOCKET_FAMILY: only one).
+// Port 0.
 SockAddr localAddress();
+// Who this host is, for telling which ranks share memory: ACCL_HOSTID, else the host name and
+// the boot id (containers on one kernel share the boot id but not, as a rule, the host name:
+// they are told apart, as they may not share /dev/shm).
+std::string hostIdentity();
 
 class Socket {
  public:

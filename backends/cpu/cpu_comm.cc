@@ -1,323 +1,115 @@
 #include "cpu_comm.h"
 
-#include <fcntl.h>
-#include <sched.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/uio.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <algorithm>
-#include <fstream>
-#include <thread>
-#include <vector>
+#include <cctype>
+#include <cstring>
+#include <map>
 
-#include "auth.h"
+#include "algorithms/algorithms.h"
 #include "errors.h"
 #include "logging.h"
 #include "params.h"
+#include "socket.h"
 
 namespace accl {
 namespace cpu {
 namespace {
 
-constexpr uint64_t kShmMagic = 0x41434c4c53484d31ULL;  // "ACLLSHM1"
-constexpr size_t kPage = 4096;
-
-size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
-
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
+template <void (*F)(ShmComm&, const CollArgs&)>
+void onShm(CpuComm& c, const CollArgs& a) {
+  F(c.shm(), a);
 }
 
-std::string hostIdentity() {
-  char host[64] = "";
-  gethostname(host, sizeof(host) - 1);
-  std::string boot;
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::getline(f, boot);
-  return std::string(host) + ":" + boot;
-}
-
-// Start time of process `pid` in clock ticks since boot, or 0 if there is no such process or it
-// has exited (a zombie not yet reaped by its parent counts as gone).
-uint64_t processStartTime(int64_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(f, stat)) return 0;
-  size_t paren = stat.rfind(')');  // the command name may hold spaces and parentheses
-  if (paren == std::string::npos) return 0;
-  const char* p = stat.c_str() + paren + 2;  // field 3 onwards: the state
-  if (*p == 'Z' || *p == 'X' || *p == 'x') return 0;
-  for (int field = 3; field < 22 && *p; ++field) {
-    p = strchr(p, ' ');
-    if (!p) return 0;
-    ++p;
-  }
-  return strtoull(p, nullptr, 10);
-}
-
-// What rank 0 tells the others about the segment it made.
-struct SegmentInfo {
-  char name[64];
-  char error[192];  // non-empty when rank 0 could not make it
+// ACCL_ALGO: "allreduce:ring;allgather:..." (items separated by ; or ,). Parsed before any
+// exchange, so a typo fails every rank alike at once.
+struct Forced {
+  Algo allReduce = nullptr;
 };
 
-void gather(const acclBackendCommArgs_v1& a, void* data, size_t bytes) {
-  acclResult_t r = a.allGather(a.bootstrap, data, bytes);
-  if (r != acclSuccess) ACCL_THROW(r, "bootstrap exchange failed");  // text set by the core
+Forced parseAlgo() {
+  Forced f;
+  std::string spec = paramString(Param::Algo);
+  size_t pos = 0;
+  while (pos < spec.size()) {
+    size_t end = spec.find_first_of(";,", pos);
+    if (end == std::string::npos) end = spec.size();
+    std::string item = spec.substr(pos, end - pos);
+    pos = end + 1;
+    if (item.empty()) continue;
+    std::string lower;  // "AllReduce:Ring" and "all_reduce:ring" read as "allreduce:ring"
+    for (char ch : item)
+      if (ch != '_' && ch != ' ') lower += static_cast<char>(tolower(ch));
+    if (lower == "allreduce:ring") f.allReduce = allReduceRing;
+    else if (lower == "allreduce:hier") f.allReduce = allReduceHier;
+    else
+      ACCL_THROW(acclInvalidArgument, "ACCL_ALGO=%s: unknown item '%s' (known: allreduce:ring, "
+                 "allreduce:hier)", spec.c_str(), item.c_str());
+  }
+  return f;
 }
 
 }  // namespace
 
-Backoff::Backoff(double timeout, long spinNs, std::function<void()> checkAbort)
-    : start_(std::chrono::steady_clock::now()),
-      timeout_(timeout),
-      checkAbort_(std::move(checkAbort)),
-      spinNs_(spinNs),
-      phase_(spinNs > 0 ? kSpin : kYield) {}
+CpuComm::CpuComm(const acclBackendCommArgs_v1* args) : args_(args) {
+  const int n = args->nranks, me = args->rank;
+  Forced forced = parseAlgo();
 
-void Backoff::pause(const std::function<std::string()>& describe) {
-  // The clock and the abort flags are looked at every 64 polls; in between a poll does what
-  // its phase does.
-  if (++polls_ & 63) {
-    if (phase_ == kSpin) cpuRelax();
-    else if (phase_ == kYield) sched_yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(50));
-    return;
-  }
-  checkAbort_();
-  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  if (waited > timeout_)
-    ACCL_THROW(acclTimeout, "timed out after %.1f s waiting for %s", timeout_,
-               describe().c_str());
-  long ns = static_cast<long>(waited * 1e9);
-  // Long waits (a slow peer, or more ranks than cores) sleep so that the peer can run.
-  phase_ = ns < spinNs_ ? kSpin : ns < spinNs_ + 2000000 ? kYield : kSleep;
-}
-
-CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
-    : args_(args), rank_(args->rank), nranks_(args->nranks), sources_(args->nranks) {
-  // Larger slots mean fewer barriers per byte (4 MiB measured best); the automatic size keeps
-  // the staging of a communicator at 32 MiB however many ranks share the host.
-  long long slot = paramInt(Param::ShmSlotBytes);
-  if (slot <= 0) slot = std::min(4LL << 20, std::max(1LL << 20, (16LL << 20) / nranks_));
-  slotBytes_ = alignUp(std::max(slot, 4096LL), 64);
-  p2pBytes_ = alignUp(std::max<long long>(paramInt(Param::ShmP2pBytes), 4096), 64);
-  // Collectives that split a slot into n blocks need room for a cache line of 8-byte elements
-  // per block.
-  slotBytes_ = std::max(slotBytes_, size_t(nranks_) * 512);
-  allReduceDirectMax = paramInt(Param::AllReduceDirectMax);
-  // With more ranks than cores a spinning rank takes the core its peer needs: yield at once.
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  spinNs_ = nranks_ > cores ? 0 : paramInt(Param::SpinUs) * 1000;
-
-  // All ranks must share this host's memory.
   struct HostId {
     char id[128];
   };
-  std::vector<HostId> hosts(nranks_);
-  snprintf(hosts[rank_].id, sizeof(hosts[rank_].id), "%s", hostIdentity().c_str());
-  gather(*args_, hosts.data(), sizeof(HostId));
-  for (int r = 0; r < nranks_; ++r)
-    if (strcmp(hosts[r].id, hosts[0].id) != 0)
-      ACCL_THROW(acclInvalidUsage, "rank %d runs on host %s and rank 0 on %s: the cpu backend "
-                 "only spans one host so far", r, hosts[r].id, hosts[0].id);
-
-  size_t ctrlBytes = alignUp(sizeof(ShmHeader), 64) + sizeof(RankCtrl) * nranks_ +
-                     sizeof(ChannelCtrl) * nranks_ * nranks_;
-  size_t dataOff = alignUp(ctrlBytes, kPage);
-  size_t p2pOff = dataOff + 2 * slotBytes_ * nranks_;
-  size_t total = p2pOff + p2pBytes_ * kP2pBufs * nranks_ * nranks_;
-
-  std::vector<SegmentInfo> info(nranks_);
-  SegmentInfo& mine = info[rank_];
-  int fd = -1;
-  if (rank_ == 0) {
-    snprintf(mine.name, sizeof(mine.name), "/accl-%016llx-%d",
-             (unsigned long long)args_->commHash, getpid());
-    try {
-      fd = shm_open(mine.name, O_CREAT | O_EXCL | O_RDWR, 0600);
-      ACCL_SYSCHECK(fd, "shm_open(/dev/shm" + std::string(mine.name) + ")",
-                    "is /dev/shm mounted and writable?");
-      ACCL_SYSCHECK(ftruncate(fd, total), "ftruncate of the shared-memory segment", "");
-      // Reserve the pages now: a /dev/shm too small must fail here, not as SIGBUS later.
-      int e = posix_fallocate(fd, 0, total);
-      if (e)
-        ACCL_THROW(acclSystemError, "cannot reserve %zu MiB in /dev/shm: %s (check `df -h "
-                   "/dev/shm`; in a container raise --shm-size)", total >> 20, strerror(e));
-      base_ = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (base_ == MAP_FAILED) {
-        base_ = nullptr;
-        ACCL_SYSCHECK(-1, "mmap of the shared-memory segment", "");
-      }
-    } catch (const Error& err) {
-      snprintf(mine.error, sizeof(mine.error), "%s", err.what());
+  std::vector<HostId> hosts(n);
+  snprintf(hosts[me].id, sizeof(hosts[me].id), "%s", hostIdentity().c_str());
+  acclResult_t r = args->allGather(args->bootstrap, hosts.data(), sizeof(HostId));
+  if (r != acclSuccess) ACCL_THROW(r, "bootstrap exchange of host identities failed");
+  // Nodes are numbered in the order of their lowest rank; that rank leads the node.
+  std::map<std::string, int> nodeIds;
+  std::vector<int> count;
+  node_.resize(n);
+  local_.resize(n);
+  for (int q = 0; q < n; ++q) {
+    hosts[q].id[sizeof(hosts[q].id) - 1] = 0;
+    auto it = nodeIds.emplace(hosts[q].id, static_cast<int>(leaders_.size())).first;
+    if (it->second == static_cast<int>(leaders_.size())) {
+      leaders_.push_back(q);
+      count.push_back(0);
     }
+    node_[q] = it->second;
+    local_[q] = count[it->second]++;
   }
-  auto cleanup = [&] {
-    if (fd >= 0) close(fd);
-    fd = -1;
-    if (rank_ == 0) shm_unlink(info[0].name);
-  };
-  try {
-    gather(*args_, info.data(), sizeof(SegmentInfo));
-    if (info[0].error[0])
-      ACCL_THROW(acclSystemError, "rank 0 could not create the shared-memory segment: %s",
-                 info[0].error);
-    if (rank_ != 0) {
-      try {
-        fd = shm_open(info[0].name, O_RDWR, 0600);
-        ACCL_SYSCHECK(fd, "shm_open(/dev/shm" + std::string(info[0].name) + ")",
-                      "do all ranks run as the same user?");
-        base_ = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (base_ == MAP_FAILED) {
-          base_ = nullptr;
-          ACCL_SYSCHECK(-1, "mmap of the shared-memory segment", "");
-        }
-      } catch (const Error& err) {
-        snprintf(mine.error, sizeof(mine.error), "%s", err.what());
-      }
-    }
-    // Everyone reports; rank 0 unlinks whatever happened, so no segment is left behind.
-    gather(*args_, info.data(), sizeof(SegmentInfo));
-    cleanup();
-    for (int r = 0; r < nranks_; ++r)
-      if (info[r].error[0])
-        ACCL_THROW(acclSystemError, "rank %d could not map the shared-memory segment: %s", r,
-                   info[r].error);
-  } catch (...) {
-    cleanup();
-    if (base_) munmap(base_, total);
-    base_ = nullptr;
-    throw;
+  std::vector<int> members;
+  for (int q = 0; q < n; ++q)
+    if (node_[q] == node_[me]) members.push_back(q);
+  shm_ = std::make_unique<ShmComm>(args, members);
+  if (!singleNode()) {
+    std::vector<bool> remote(n);
+    for (int q = 0; q < n; ++q) remote[q] = node_[q] != node_[me];
+    net_ = std::make_unique<TcpTransport>(args, remote);
   }
-  size_ = total;
-  char* b = static_cast<char*>(base_);
-  header_ = reinterpret_cast<ShmHeader*>(b);
-  ctrl_ = reinterpret_cast<RankCtrl*>(b + alignUp(sizeof(ShmHeader), 64));
-  channels_ = reinterpret_cast<ChannelCtrl*>(ctrl_ + nranks_);
-  data_ = b + dataOff;
-  p2p_ = b + p2pOff;
-  // Peers learn this rank's process once the last exchange below is done.
-  ctrl_[rank_].pid = getpid();
-  ctrl_[rank_].startTime = processStartTime(getpid());
-  if (rank_ == 0) {
-    header_->magic = kShmMagic;
-    header_->commHash = args_->commHash;
-    header_->nranks = nranks_;
+  ACCL_INFO("INIT", "rank %d: %d node(s); this node (%s) holds %zu rank(s), led by rank %d", me,
+            nnodes(), hosts[me].id, members.size(), leaders_[node()]);
+
+  if (singleNode()) {
+    algo[kAllReduce] = onShm<allReduceAuto>;
+    algo[kBroadcast] = onShm<broadcastAuto>;
+    algo[kReduce] = onShm<reduceSplit>;
+    algo[kAllGather] = onShm<allGatherAuto>;
+    algo[kReduceScatter] = onShm<reduceScatterDirect>;
+    algo[kAlltoAll] = onShm<alltoAllDirect>;
+    algo[kGather] = onShm<gatherDirect>;
+    algo[kScatter] = onShm<scatterDirect>;
+    algo[kBarrier] = onShm<barrierShm>;
+  } else {
+    algo[kAllReduce] = allReduceHier;
+    algo[kBroadcast] = broadcastHier;
+    algo[kReduce] = reduceHier;
+    algo[kAllGather] = allGatherRing;
+    algo[kReduceScatter] = reduceScatterPairwise;
+    algo[kAlltoAll] = alltoAllPairwise;
+    algo[kGather] = gatherPairwise;
+    algo[kScatter] = scatterPairwise;
+    algo[kBarrier] = barrierHier;
   }
-  // Cross-memory attach: allow peers to read this process (Yama's ptrace_scope=1 needs it), and
-  // leave a word for them to test with.
-  long long cmaMin = paramInt(Param::CmaMin);
-  if (cmaMin >= 0) {
-    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-    randomBytes(&probe_, sizeof(probe_));
-    ctrl_[rank_].probeAddr = reinterpret_cast<uint64_t>(&probe_);
-    ctrl_[rank_].probeValue = probe_;
-  }
-  std::vector<char> ready(nranks_);
-  gather(*args_, ready.data(), 1);
-  if (cmaMin >= 0) {
-    bool ok = true;
-    for (int r = 0; r < nranks_ && ok; ++r) {
-      uint64_t v = 0;
-      iovec local{&v, sizeof(v)}, remote{reinterpret_cast<void*>(ctrl_[r].probeAddr), sizeof(v)};
-      ok = process_vm_readv(ctrl_[r].pid, &local, 1, &remote, 1, 0) == sizeof(v) &&
-           v == ctrl_[r].probeValue;
-    }
-    // All ranks must agree: an operation is single copy on every rank or on none.
-    std::vector<char> oks(nranks_);
-    oks[rank_] = ok;
-    gather(*args_, oks.data(), 1);
-    cma_ = std::all_of(oks.begin(), oks.end(), [](char o) { return o != 0; });
-    cmaMin_ = cmaMin;
-    if (!cma_)
-      ACCL_INFO("SHM", "rank %d: cross-memory attach is not possible between all ranks (ptrace "
-                "restrictions or pid namespaces): large messages are copied through /dev/shm",
-                rank_);
-  }
-  canSeePeers_ = true;
-  for (int r = 0; r < nranks_; ++r)
-    canSeePeers_ &= ctrl_[r].startTime && processStartTime(ctrl_[r].pid) == ctrl_[r].startTime;
-  if (!canSeePeers_)
-    ACCL_INFO("SHM", "rank %d: cannot see every peer's process (another pid namespace, or a "
-              "peer already exited): a dead peer is found by the timeout only", rank_);
-  ACCL_INFO("SHM", "rank %d: segment %s, %zu MiB", rank_, info[0].name, total >> 20);
-}
-
-CpuComm::~CpuComm() {
-  if (base_) munmap(base_, size_);
-}
-
-void CpuComm::checkAbort(const std::function<bool(int)>& awaited) const {
-  if (__atomic_load_n(args_->abortFlag, __ATOMIC_ACQUIRE))
-    ACCL_THROW(acclRemoteError, "the communicator was aborted");
-  int by = header_->abortedBy.load(std::memory_order_acquire);
-  if (by) ACCL_THROW(acclRemoteError, "rank %d aborted the communicator", by - 1);
-  if (canSeePeers_) checkPeersAlive(awaited);
-}
-
-void CpuComm::checkPeersAlive(const std::function<bool(int)>& awaited) const {
-  auto now = std::chrono::steady_clock::now();
-  if (now < nextLivenessCheck_) return;
-  nextLivenessCheck_ = now + std::chrono::milliseconds(200);
-  std::string gone;
-  for (int r = 0; r < nranks_; ++r)
-    // Death first, then `awaited`: a rank that did its part and then exited is not awaited by
-    // the time its death is seen, and a dead process does nothing more.
-    if (r != rank_ && processStartTime(ctrl_[r].pid) != ctrl_[r].startTime && awaited(r))
-      gone += format("%s%d (pid %lld)", gone.empty() ? "" : ", ", r, (long long)ctrl_[r].pid);
-  if (gone.empty()) return;
-  char host[64] = "";
-  gethostname(host, sizeof(host) - 1);
-  ACCL_THROW(acclRemoteError, "the process of rank %s on host %s is gone (killed, crashed or "
-             "exited)", gone.c_str(), host);
-}
-
-void CpuComm::announceAbort() {
-  int32_t none = 0;
-  header_->abortedBy.compare_exchange_strong(none, rank_ + 1);
-}
-
-void CpuComm::cmaRead(int r, void* local, uint64_t remote, size_t bytes) const {
-  char* dst = static_cast<char*>(local);
-  while (bytes > 0) {
-    iovec l{dst, bytes}, rm{reinterpret_cast<void*>(remote), bytes};
-    ssize_t n = process_vm_readv(ctrl_[r].pid, &l, 1, &rm, 1, 0);
-    if (n <= 0)
-      ACCL_THROW(acclSystemError, "reading %zu bytes from rank %d (pid %lld) failed: %s", bytes,
-                 r, (long long)ctrl_[r].pid, n < 0 ? strerror(errno) : "nothing read");
-    dst += n;
-    remote += n;
-    bytes -= n;
-  }
-}
-
-void CpuComm::arrive() { ctrl_[rank_].epoch.store(++epoch_, std::memory_order_release); }
-
-void CpuComm::waitAll() {
-  auto missing = [this](int r) {
-    return ctrl_[r].epoch.load(std::memory_order_acquire) < epoch_;
-  };
-  Backoff wait(args_->timeout, spinNs_, [&] { checkAbort(missing); });
-  for (int r = 0; r < nranks_; ++r) {
-    while (ctrl_[r].epoch.load(std::memory_order_acquire) < epoch_) {
-      wait.pause([&] {
-        std::string list;
-        for (int q = 0; q < nranks_; ++q)
-          if (missing(q)) list += (list.empty() ? "" : ",") + std::to_string(q);
-        return "ranks " + list + " to arrive";
-      });
-    }
-  }
+  if (forced.allReduce) algo[kAllReduce] = forced.allReduce;
 }
 
 }  // namespace cpu

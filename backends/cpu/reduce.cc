@@ -157,7 +157,7 @@ struct Min {
 #define ACCL_INLINE inline __attribute__((always_inline))
 
 template <class Type, class Op>
-ACCL_INLINE void kernel(void* dstv, const void* const* srcv, int n, size_t count, bool avg) {
+ACCL_INLINE void kernel(void* dstv, const void* const* srcv, int n, size_t count, int avg) {
   using E = typename Type::Elem;
   using A = typename Type::Acc;
   constexpr bool signedInt = std::is_integral<E>::value && std::is_signed<E>::value;
@@ -178,9 +178,9 @@ ACCL_INLINE void kernel(void* dstv, const void* const* srcv, int n, size_t count
     }
     if (avg) {
       if constexpr (signedInt) {
-        for (size_t j = 0; j < m; ++j) acc[j] = static_cast<Work>(static_cast<E>(acc[j]) / static_cast<E>(n));
+        for (size_t j = 0; j < m; ++j) acc[j] = static_cast<Work>(static_cast<E>(acc[j]) / static_cast<E>(avg));
       } else {
-        for (size_t j = 0; j < m; ++j) acc[j] = acc[j] / static_cast<Work>(n);
+        for (size_t j = 0; j < m; ++j) acc[j] = acc[j] / static_cast<Work>(avg);
       }
     }
     for (size_t j = 0; j < m; ++j) dst[i + j] = Type::store(static_cast<A>(acc[j]));
@@ -188,45 +188,49 @@ ACCL_INLINE void kernel(void* dstv, const void* const* srcv, int n, size_t count
 }
 
 template <class Type>
-ACCL_INLINE void byOp(void* dst, const void* const* srcs, int n, size_t count, acclRedOp_t op) {
+ACCL_INLINE void byOp(void* dst, const void* const* srcs, int n, size_t count, acclRedOp_t op,
+                      int div) {
   switch (op) {
-    case acclSum: return kernel<Type, Sum>(dst, srcs, n, count, false);
-    case acclAvg: return kernel<Type, Sum>(dst, srcs, n, count, true);
-    case acclProd: return kernel<Type, Prod>(dst, srcs, n, count, false);
-    case acclMax: return kernel<Type, Max>(dst, srcs, n, count, false);
-    case acclMin: return kernel<Type, Min>(dst, srcs, n, count, false);
+    case acclSum: return kernel<Type, Sum>(dst, srcs, n, count, 0);
+    case acclAvg: return kernel<Type, Sum>(dst, srcs, n, count, div ? div : n);
+    case acclProd: return kernel<Type, Prod>(dst, srcs, n, count, 0);
+    case acclMax: return kernel<Type, Max>(dst, srcs, n, count, 0);
+    case acclMin: return kernel<Type, Min>(dst, srcs, n, count, 0);
     default: ACCL_THROW(acclInvalidArgument, "op %d is not an acclRedOp_t", (int)op);
   }
 }
 
-ACCL_MULTIVERSION void reduceF16(void* d, const void* const* s, int n, size_t c, acclRedOp_t op) {
-  byOp<F16>(d, s, n, c, op);
+ACCL_MULTIVERSION void reduceF16(void* d, const void* const* s, int n, size_t c, acclRedOp_t op,
+                                  int div) {
+  byOp<F16>(d, s, n, c, op, div);
 }
-ACCL_MULTIVERSION void reduceBf16(void* d, const void* const* s, int n, size_t c, acclRedOp_t op) {
-  byOp<Bf16>(d, s, n, c, op);
+ACCL_MULTIVERSION void reduceBf16(void* d, const void* const* s, int n, size_t c, acclRedOp_t op,
+                                   int div) {
+  byOp<Bf16>(d, s, n, c, op, div);
 }
-ACCL_MULTIVERSION void reduceF32(void* d, const void* const* s, int n, size_t c, acclRedOp_t op) {
-  byOp<Native<float>>(d, s, n, c, op);
+ACCL_MULTIVERSION void reduceF32(void* d, const void* const* s, int n, size_t c, acclRedOp_t op,
+                                  int div) {
+  byOp<Native<float>>(d, s, n, c, op, div);
 }
 
 }  // namespace
 
 void reduce(void* dst, const void* const* srcs, int n, size_t count, acclDataType_t type,
-            acclRedOp_t op) {
+            acclRedOp_t op, int div) {
   if (count == 0) return;
   switch (type) {
-    case acclInt8: return byOp<Native<int8_t>>(dst, srcs, n, count, op);
-    case acclUint8: return byOp<Native<uint8_t>>(dst, srcs, n, count, op);
-    case acclInt32: return byOp<Native<int32_t>>(dst, srcs, n, count, op);
-    case acclUint32: return byOp<Native<uint32_t>>(dst, srcs, n, count, op);
-    case acclInt64: return byOp<Native<int64_t>>(dst, srcs, n, count, op);
-    case acclUint64: return byOp<Native<uint64_t>>(dst, srcs, n, count, op);
-    case acclFloat16: return reduceF16(dst, srcs, n, count, op);
-    case acclFloat32: return reduceF32(dst, srcs, n, count, op);
-    case acclFloat64: return byOp<Native<double>>(dst, srcs, n, count, op);
-    case acclBfloat16: return reduceBf16(dst, srcs, n, count, op);
-    case acclFloat8e4m3: return byOp<Fp8<true>>(dst, srcs, n, count, op);
-    case acclFloat8e5m2: return byOp<Fp8<false>>(dst, srcs, n, count, op);
+    case acclInt8: return byOp<Native<int8_t>>(dst, srcs, n, count, op, div);
+    case acclUint8: return byOp<Native<uint8_t>>(dst, srcs, n, count, op, div);
+    case acclInt32: return byOp<Native<int32_t>>(dst, srcs, n, count, op, div);
+    case acclUint32: return byOp<Native<uint32_t>>(dst, srcs, n, count, op, div);
+    case acclInt64: return byOp<Native<int64_t>>(dst, srcs, n, count, op, div);
+    case acclUint64: return byOp<Native<uint64_t>>(dst, srcs, n, count, op, div);
+    case acclFloat16: return reduceF16(dst, srcs, n, count, op, div);
+    case acclFloat32: return reduceF32(dst, srcs, n, count, op, div);
+    case acclFloat64: return byOp<Native<double>>(dst, srcs, n, count, op, div);
+    case acclBfloat16: return reduceBf16(dst, srcs, n, count, op, div);
+    case acclFloat8e4m3: return byOp<Fp8<true>>(dst, srcs, n, count, op, div);
+    case acclFloat8e5m2: return byOp<Fp8<false>>(dst, srcs, n, count, op, div);
     default: ACCL_THROW(acclInvalidArgument, "datatype %d is not an acclDataType_t", (int)type);
   }
 }

@@ -124,13 +124,24 @@ def preflight() -> list[tuple[str, str, str]]:
                    else f"{memlock >> 10} KiB (GPU backends may want more)"))
     ifaces = [name for _, name in socket.if_nameindex()]
     chosen = os.environ.get("ACCL_SOCKET_IFNAME")
-    if chosen and not any(n.startswith(chosen) for n in ifaces):
+    if chosen and not any(_ifname_matches(chosen, n) for n in ifaces):
         checks.append(("WARN", "interfaces", f"ACCL_SOCKET_IFNAME={chosen} matches none of "
                        f"{', '.join(ifaces)}"))
     else:
         checks.append(("OK", "interfaces", ", ".join(ifaces) +
                        (f" (ACCL_SOCKET_IFNAME={chosen})" if chosen else "")))
     return checks
+
+
+def _ifname_matches(spec: str, name: str) -> bool:
+    """ACCL_SOCKET_IFNAME's NCCL syntax: prefixes, "^" excludes, "=" exact names."""
+    exclude = spec.startswith("^")
+    spec = spec[1:] if exclude else spec
+    exact = spec.startswith("=")
+    spec = spec[1:] if exact else spec
+    items = [i for i in spec.split(",") if i]
+    hit = any(name == i if exact else name.startswith(i) for i in items)
+    return hit != exclude
 
 
 def main(argv: list[str] | None = None) -> int:

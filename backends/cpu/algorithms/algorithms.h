@@ -1,12 +1,15 @@
-// The cpu backend's collective algorithms over shared memory, one file each
-// (algorithms/<collective>_<algorithm>.cc). docs/algorithms.md gives each one's steps and the
-// bytes it moves; CpuComm explains the slot sets and barriers they share.
+// The cpu backend's collective algorithms, one file each (algorithms/<collective>_<algorithm>.cc).
+// docs/algorithms.md gives each one's steps and the bytes it moves. Those on a ShmComm run inside
+// one node (ShmComm explains the slot sets and barriers they share; ranks and roots are local
+// indices); those on a CpuComm span nodes, over point-to-point messages (p2p.h).
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "accl/accl.h"
 #include "cpu_comm.h"
+#include "shm_comm.h"
 
 namespace accl {
 namespace cpu {
@@ -23,18 +26,46 @@ struct CollArgs {
 // All-reduce. direct: every rank reduces the whole message from all slots (one barrier per
 // step; best for small messages). split: each rank reduces 1/n of it, then all copy the parts
 // out (two barriers per step; each byte is reduced once).
-void allReduceDirect(CpuComm& c, const CollArgs& a);
-void allReduceSplit(CpuComm& c, const CollArgs& a);
-void reduceSplit(CpuComm& c, const CollArgs& a);
-// Single copy (cross-memory attach, CpuComm::cma): ranks read each other's buffers directly.
-void allGatherCma(CpuComm& c, const CollArgs& a);
-void broadcastCma(CpuComm& c, const CollArgs& a);
-void broadcastDirect(CpuComm& c, const CollArgs& a);
-void allGatherDirect(CpuComm& c, const CollArgs& a);
-void reduceScatterDirect(CpuComm& c, const CollArgs& a);
-void alltoAllDirect(CpuComm& c, const CollArgs& a);
-void gatherDirect(CpuComm& c, const CollArgs& a);
-void scatterDirect(CpuComm& c, const CollArgs& a);
+void allReduceDirect(ShmComm& c, const CollArgs& a);
+void allReduceSplit(ShmComm& c, const CollArgs& a);
+void reduceSplit(ShmComm& c, const CollArgs& a);
+// Single copy (cross-memory attach, ShmComm::cma): ranks read each other's buffers directly.
+void allGatherCma(ShmComm& c, const CollArgs& a);
+void broadcastCma(ShmComm& c, const CollArgs& a);
+void broadcastDirect(ShmComm& c, const CollArgs& a);
+void allGatherDirect(ShmComm& c, const CollArgs& a);
+void reduceScatterDirect(ShmComm& c, const CollArgs& a);
+void alltoAllDirect(ShmComm& c, const CollArgs& a);
+void gatherDirect(ShmComm& c, const CollArgs& a);
+void scatterDirect(ShmComm& c, const CollArgs& a);
+void barrierShm(ShmComm& c, const CollArgs& a);
+// The choice by size on one node (cpu_backend.cc); every rank computes the same.
+void allReduceAuto(ShmComm& c, const CollArgs& a);
+void allGatherAuto(ShmComm& c, const CollArgs& a);
+void broadcastAuto(ShmComm& c, const CollArgs& a);
+
+// Across nodes. hier: reduce inside each node, all-reduce among node leaders over TCP (direct
+// when small, ring when large), broadcast inside each node. ring: one flat ring over all ranks
+// (reduce-scatter then all-gather), shared memory between neighbours on a node, TCP otherwise.
+void allReduceHier(CpuComm& c, const CollArgs& a);
+void allReduceRing(CpuComm& c, const CollArgs& a);
+void broadcastHier(CpuComm& c, const CollArgs& a);
+void reduceHier(CpuComm& c, const CollArgs& a);
+void allGatherRing(CpuComm& c, const CollArgs& a);
+void reduceScatterPairwise(CpuComm& c, const CollArgs& a);
+void alltoAllPairwise(CpuComm& c, const CollArgs& a);
+void gatherPairwise(CpuComm& c, const CollArgs& a);
+void scatterPairwise(CpuComm& c, const CollArgs& a);
+void barrierHier(CpuComm& c, const CollArgs& a);
+
+// In-place all-reduce of `buf` among `group` (ranks of the communicator; this rank is
+// group[me]) over point to point: ring (reduce-scatter, then all-gather; every block is reduced
+// once, by one rank, so all ranks get the same bits) or direct (every rank sends the whole
+// buffer to all and reduces the group's buffers in group order). avg must be done by the caller.
+void ringAllReduce(CpuComm& c, const std::vector<int>& group, int me, char* buf, size_t count,
+                   acclDataType_t type, acclRedOp_t op);
+void directAllReduce(CpuComm& c, const std::vector<int>& group, int me, char* buf, size_t count,
+                     acclDataType_t type, acclRedOp_t op);
 
 // [begin, end) of part `i` of `n` parts of `len` elements; boundaries fall on cache lines so
 // ranks writing neighbouring parts do not share one.

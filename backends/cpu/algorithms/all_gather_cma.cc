@@ -10,7 +10,7 @@
 namespace accl {
 namespace cpu {
 
-void allGatherCma(CpuComm& c, const CollArgs& a) {
+void allGatherCma(ShmComm& c, const CollArgs& a) {
   const int n = c.nranks(), me = c.rank();
   const size_t bytes = a.count * typeSize(a.type);
   char* recv = static_cast<char*>(a.recv);

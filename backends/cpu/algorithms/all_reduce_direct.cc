@@ -12,7 +12,7 @@
 namespace accl {
 namespace cpu {
 
-void allReduceDirect(CpuComm& c, const CollArgs& a) {
+void allReduceDirect(ShmComm& c, const CollArgs& a) {
   const size_t es = typeSize(a.type), chunk = c.slotBytes() / es;
   const int n = c.nranks();
   const void** srcs = c.sources();

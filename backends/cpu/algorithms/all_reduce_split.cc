@@ -12,7 +12,7 @@
 namespace accl {
 namespace cpu {
 
-void allReduceSplit(CpuComm& c, const CollArgs& a) {
+void allReduceSplit(ShmComm& c, const CollArgs& a) {
   const size_t es = typeSize(a.type), chunk = c.slotBytes() / es;
   const int n = c.nranks(), me = c.rank();
   const void** srcs = c.sources();

@@ -12,7 +12,7 @@
 namespace accl {
 namespace cpu {
 
-void alltoAllDirect(CpuComm& c, const CollArgs& a) {
+void alltoAllDirect(ShmComm& c, const CollArgs& a) {
   const int n = c.nranks(), me = c.rank();
   const size_t es = typeSize(a.type), chunk = c.slotBytes() / es / n;
   const char* send = static_cast<const char*>(a.send);

@@ -10,7 +10,7 @@
 namespace accl {
 namespace cpu {
 
-void broadcastCma(CpuComm& c, const CollArgs& a) {
+void broadcastCma(ShmComm& c, const CollArgs& a) {
   const size_t bytes = a.count * typeSize(a.type);
   c.publish(a.send, a.recv);
   c.barrier();

@@ -11,7 +11,7 @@
 namespace accl {
 namespace cpu {
 
-void broadcastDirect(CpuComm& c, const CollArgs& a) {
+void broadcastDirect(ShmComm& c, const CollArgs& a) {
   const size_t es = typeSize(a.type), chunk = c.slotBytes() * c.nranks() / es;
   const bool root = c.rank() == a.root;
   if (root && a.send != a.recv) memcpy(a.recv, a.send, a.count * es);

@@ -11,7 +11,7 @@
 namespace accl {
 namespace cpu {
 
-void gatherDirect(CpuComm& c, const CollArgs& a) {
+void gatherDirect(ShmComm& c, const CollArgs& a) {
   const size_t es = typeSize(a.type), chunk = c.slotBytes() / es;
   const int n = c.nranks(), me = c.rank();
   char* recv = static_cast<char*>(a.recv);

@@ -11,7 +11,7 @@
 namespace accl {
 namespace cpu {
 
-void reduceScatterDirect(CpuComm& c, const CollArgs& a) {
+void reduceScatterDirect(ShmComm& c, const CollArgs& a) {
   const int n = c.nranks(), me = c.rank();
   const size_t es = typeSize(a.type), chunk = c.slotBytes() / es / n;
   const char* send = static_cast<const char*>(a.send);

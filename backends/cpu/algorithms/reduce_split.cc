@@ -10,7 +10,7 @@
 namespace accl {
 namespace cpu {
 
-void reduceSplit(CpuComm& c, const CollArgs& a) {
+void reduceSplit(ShmComm& c, const CollArgs& a) {
   const size_t es = typeSize(a.type), chunk = c.slotBytes() / es;
   const int n = c.nranks(), me = c.rank();
   const void** srcs = c.sources();

@@ -11,7 +11,7 @@
 namespace accl {
 namespace cpu {
 
-void scatterDirect(CpuComm& c, const CollArgs& a) {
+void scatterDirect(ShmComm& c, const CollArgs& a) {
   const size_t es = typeSize(a.type), chunk = c.slotBytes() / es;
   const int n = c.nranks(), me = c.rank();
   const char* send = static_cast<const char*>(a.send);

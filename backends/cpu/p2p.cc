@@ -1,0 +1,198 @@
+#include "p2p.h"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "cpu_comm.h"
+#include "errors.h"
+
+namespace accl {
+namespace cpu {
+namespace {
+
+std::string describe(const P2pOp& op) {
+  const char* dir = op.send ? "to" : "from";
+  std::string what =
+      op.internal ? format("%s rank %d", op.send ? "sending to" : "receiving from", op.peer)
+                  : format("%s #%llu %s rank %d", op.send ? "acclSend" : "acclRecv",
+                           (unsigned long long)op.seq, dir, op.peer);
+  if (op.local >= 0)
+    return what + format(" (%zu of %zu chunks %s)", op.done, op.chunks,
+                         op.send ? "sent" : "received");
+  size_t moved = 0;
+  for (int i = 0; i < kMaxSocks; ++i) moved += op.net.done[i];
+  return what + format(" over TCP at %s (%zu of %zu bytes %s)",
+                       op.comm->net()->address(op.peer).c_str(),
+                       moved, op.bytes, op.send ? "sent" : "received");
+}
+
+// Moves as many chunks of `op` as its shared-memory channel allows without waiting; true if
+// any moved.
+bool progressShm(P2pOp& op) {
+  ShmComm& c = op.comm->shm();
+  const int me = c.rank();
+  const size_t cb = c.p2pBytes();
+  bool moved = false;
+  if (op.send) {
+    ChannelCtrl& ch = c.channel(me, op.local);
+    while (op.done < op.chunks) {
+      uint64_t tail = ch.tail.load(std::memory_order_relaxed);  // written only by this rank
+      if (tail - ch.head.load(std::memory_order_acquire) >= kP2pBufs) break;
+      int i = tail % kP2pBufs;
+      size_t off = op.done * cb;
+      memcpy(c.channelBuf(me, op.local, i), op.buf + off, std::min(cb, op.bytes - off));
+      ch.msgBytes[i] = op.bytes;
+      ch.tail.store(tail + 1, std::memory_order_release);
+      ++op.done;
+      moved = true;
+    }
+  } else {
+    ChannelCtrl& ch = c.channel(op.local, me);
+    while (op.done < op.chunks) {
+      uint64_t head = ch.head.load(std::memory_order_relaxed);  // written only by this rank
+      if (head == ch.tail.load(std::memory_order_acquire)) break;
+      int i = head % kP2pBufs;
+      if (ch.msgBytes[i] != op.bytes)
+        ACCL_THROW(acclRemoteError, "%s expects %zu bytes from rank %d, which sent a message of "
+                   "%llu bytes: sends and receives do not match",
+                   op.internal ? "a receive" : format("acclRecv #%llu",
+                                                      (unsigned long long)op.seq).c_str(),
+                   op.bytes, op.peer, (unsigned long long)ch.msgBytes[i]);
+      size_t off = op.done * cb;
+      memcpy(op.buf + off, c.channelBuf(op.local, me, i), std::min(cb, op.bytes - off));
+      ch.head.store(head + 1, std::memory_order_release);
+      ++op.done;
+      moved = true;
+    }
+  }
+  return moved;
+}
+
+bool progress(P2pOp& op) {
+  if (op.local >= 0) return progressShm(op);
+  return op.comm->net()->progress(op.net);
+}
+
+}  // namespace
+
+void addP2p(std::vector<P2pOp>& ops, CpuComm& c, bool send, int peer, const void* buf,
+            size_t bytes, bool internal) {
+  if (bytes == 0) return;
+  P2pOp op{};
+  op.comm = &c;
+  op.send = send;
+  op.peer = peer;
+  op.buf = const_cast<char*>(static_cast<const char*>(buf));
+  op.bytes = bytes;
+  op.seq = c.args().seq;
+  op.internal = internal;
+  if (c.nodeOf(peer) == c.node()) {
+    op.local = c.localIndex(peer);
+    op.chunks = (bytes + c.shm().p2pBytes() - 1) / c.shm().p2pBytes();
+  } else {
+    op.local = -1;
+    c.net()->start(op.net, send, peer, op.buf, bytes);
+  }
+  ops.push_back(op);
+}
+
+void runP2p(std::vector<P2pOp>& ops) {
+  double timeout = 0;
+  long spinNs = 0;
+  for (auto& op : ops) {
+    timeout = std::max(timeout, op.comm->args().timeout);
+    spinNs = std::max(spinNs, op.comm->shm().spinNs());
+  }
+  auto checkAbort = [&] {
+    for (auto& op : ops) {
+      if (op.finished()) continue;
+      if (op.local < 0) {
+        if (__atomic_load_n(op.comm->args().abortFlag, __ATOMIC_ACQUIRE))
+          ACCL_THROW(acclRemoteError, "the communicator was aborted");
+        continue;
+      }
+      // The peer is awaited while this operation cannot move: no data to take, no room to give.
+      ShmComm& s = op.comm->shm();
+      s.checkAbort([&](int r) {
+        if (r != op.local) return false;
+        int me = s.rank();
+        ChannelCtrl& ch = op.send ? s.channel(me, r) : s.channel(r, me);
+        uint64_t head = ch.head.load(std::memory_order_acquire);
+        uint64_t tail = ch.tail.load(std::memory_order_acquire);
+        return op.send ? tail - head >= kP2pBufs : head == tail;
+      });
+    }
+  };
+  auto pendingText = [&] {
+    std::string s;
+    for (auto& op : ops)
+      if (!op.finished()) s += (s.empty() ? "" : "; ") + describe(op);
+    return s;
+  };
+  // A wait with only TCP operations left sleeps in poll(); one with shared-memory operations
+  // polls memory (Backoff). Either ends after `timeout` seconds without progress.
+  Backoff wait(timeout, spinNs, checkAbort);
+  auto lastMove = std::chrono::steady_clock::now();
+  ShmComm* noted = nullptr;  // the node's peers were told what this rank waits for
+  std::vector<pollfd> fds;
+  auto clearNote = [&] {
+    if (noted) noted->setNote("");
+    noted = nullptr;
+  };
+  try {
+    for (;;) {
+      bool moved = false, pending = false, shmPending = false;
+      for (size_t i = 0; i < ops.size(); ++i) {
+        P2pOp& op = ops[i];
+        if (op.finished()) continue;
+        pending = true;
+        bool blocked = false;
+        for (size_t j = 0; j < i && !blocked; ++j)
+          blocked = !ops[j].finished() && ops[j].comm == op.comm && ops[j].send == op.send &&
+                    ops[j].peer == op.peer;
+        shmPending |= op.local >= 0;
+        if (!blocked) moved |= progress(op);
+      }
+      if (!pending) break;
+      if (moved) {
+        wait = Backoff(timeout, spinNs, checkAbort);  // the timeout bounds a wait without progress
+        lastMove = std::chrono::steady_clock::now();
+        continue;
+      }
+      if (shmPending) {
+        wait.pause(pendingText);
+        continue;
+      }
+      fds.clear();
+      for (auto& op : ops)
+        if (!op.finished()) op.comm->net()->pollEvents(op.net, &fds);
+      double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - lastMove).count();
+      if (waited > timeout)
+        ACCL_THROW(acclTimeout, "timed out after %.1f s %s", timeout, pendingText().c_str());
+      checkAbort();
+      if (!noted && waited > 0.05) {
+        for (auto& op : ops)
+          if (!op.finished() && !op.comm->singleNode()) {
+            noted = &op.comm->shm();
+            noted->setNote(pendingText());
+            break;
+          }
+      }
+      int ms = static_cast<int>(std::min(50.0, (timeout - waited) * 1000 + 1));
+      int rc = poll(fds.data(), fds.size(), ms);
+      if (rc < 0 && errno != EINTR) ACCL_SYSCHECK(rc, "poll", "");
+    }
+  } catch (...) {
+    clearNote();
+    throw;
+  }
+  clearNote();
+}
+
+}  // namespace cpu
+}  // namespace accl

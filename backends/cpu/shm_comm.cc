@@ -1,0 +1,342 @@
+#include "shm_comm.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <algorithm>
+#include <fstream>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "auth.h"
+#include "errors.h"
+#include "logging.h"
+#include "params.h"
+
+namespace accl {
+namespace cpu {
+namespace {
+
+constexpr uint64_t kShmMagic = 0x41434c4c53484d31ULL;  // "ACLLSHM1"
+constexpr size_t kPage = 4096;
+
+size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Start time of process `pid` in clock ticks since boot, or 0 if there is no such process or it
+// has exited (a zombie not yet reaped by its parent counts as gone).
+uint64_t processStartTime(int64_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(f, stat)) return 0;
+  size_t paren = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos) return 0;
+  const char* p = stat.c_str() + paren + 2;  // field 3 onwards: the state
+  if (*p == 'Z' || *p == 'X' || *p == 'x') return 0;
+  for (int field = 3; field < 22 && *p; ++field) {
+    p = strchr(p, ' ');
+    if (!p) return 0;
+    ++p;
+  }
+  return strtoull(p, nullptr, 10);
+}
+
+// What rank 0 tells the others about the segment it made.
+struct SegmentInfo {
+  char name[64];
+  char error[192];  // non-empty when rank 0 could not make it
+};
+
+void gather(const acclBackendCommArgs_v1& a, void* data, size_t bytes) {
+  acclResult_t r = a.allGather(a.bootstrap, data, bytes);
+  if (r != acclSuccess) ACCL_THROW(r, "bootstrap exchange failed");  // text set by the core
+}
+
+}  // namespace
+
+Backoff::Backoff(double timeout, long spinNs, std::function<void()> checkAbort)
+    : start_(std::chrono::steady_clock::now()),
+      timeout_(timeout),
+      checkAbort_(std::move(checkAbort)),
+      spinNs_(spinNs),
+      phase_(spinNs > 0 ? kSpin : kYield) {}
+
+void Backoff::pause(const std::function<std::string()>& describe) {
+  // The clock and the abort flags are looked at every 64 polls; in between a poll does what
+  // its phase does.
+  if (++polls_ & 63) {
+    if (phase_ == kSpin) cpuRelax();
+    else if (phase_ == kYield) sched_yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    return;
+  }
+  checkAbort_();
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  if (waited > timeout_)
+    ACCL_THROW(acclTimeout, "timed out after %.1f s waiting for %s", timeout_,
+               describe().c_str());
+  long ns = static_cast<long>(waited * 1e9);
+  // Long waits (a slow peer, or more ranks than cores) sleep so that the peer can run.
+  phase_ = ns < spinNs_ ? kSpin : ns < spinNs_ + 2000000 ? kYield : kSleep;
+}
+
+ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
+    : args_(args), members_(std::move(members)), sources_(members_.size()) {
+  nranks_ = static_cast<int>(members_.size());
+  rank_ = static_cast<int>(std::find(members_.begin(), members_.end(), args->rank) -
+                           members_.begin());
+  ACCL_ENFORCE_EQ(members_.at(rank_), args->rank);
+  // Larger slots mean fewer barriers per byte (4 MiB measured best); the automatic size keeps
+  // the staging of a communicator at 32 MiB however many ranks share the host.
+  long long slot = paramInt(Param::ShmSlotBytes);
+  if (slot <= 0) slot = std::min(4LL << 20, std::max(1LL << 20, (16LL << 20) / nranks_));
+  slotBytes_ = alignUp(std::max(slot, 4096LL), 64);
+  p2pBytes_ = alignUp(std::max<long long>(paramInt(Param::ShmP2pBytes), 4096), 64);
+  // Collectives that split a slot into n blocks need room for a cache line of 8-byte elements
+  // per block.
+  slotBytes_ = std::max(slotBytes_, size_t(nranks_) * 512);
+  allReduceDirectMax = paramInt(Param::AllReduceDirectMax);
+  // With more ranks than cores a spinning rank takes the core its peer needs: yield at once.
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  spinNs_ = nranks_ > cores ? 0 : paramInt(Param::SpinUs) * 1000;
+  // Every exchange below is an all-gather over all ranks of the communicator (the bootstrap
+  // knows no other), so each node reads its own members' slots: `lead` made the segment.
+  const int lead = members_[0];
+
+  size_t ctrlBytes = alignUp(sizeof(ShmHeader), 64) + sizeof(RankCtrl) * nranks_ +
+                     sizeof(ChannelCtrl) * nranks_ * nranks_;
+  size_t dataOff = alignUp(ctrlBytes, kPage);
+  size_t p2pOff = dataOff + 2 * slotBytes_ * nranks_;
+  size_t total = p2pOff + p2pBytes_ * kP2pBufs * nranks_ * nranks_;
+
+  std::vector<SegmentInfo> info(args_->nranks);
+  SegmentInfo& mine = info[args_->rank];
+  int fd = -1;
+  if (rank_ == 0) {
+    snprintf(mine.name, sizeof(mine.name), "/accl-%016llx-%d",
+             (unsigned long long)args_->commHash, getpid());
+    try {
+      fd = shm_open(mine.name, O_CREAT | O_EXCL | O_RDWR, 0600);
+      ACCL_SYSCHECK(fd, "shm_open(/dev/shm" + std::string(mine.name) + ")",
+                    "is /dev/shm mounted and writable?");
+      ACCL_SYSCHECK(ftruncate(fd, total), "ftruncate of the shared-memory segment", "");
+      // Reserve the pages now: a /dev/shm too small must fail here, not as SIGBUS later.
+      int e = posix_fallocate(fd, 0, total);
+      if (e)
+        ACCL_THROW(acclSystemError, "cannot reserve %zu MiB in /dev/shm: %s (check `df -h "
+                   "/dev/shm`; in a container raise --shm-size)", total >> 20, strerror(e));
+      base_ = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (base_ == MAP_FAILED) {
+        base_ = nullptr;
+        ACCL_SYSCHECK(-1, "mmap of the shared-memory segment", "");
+      }
+    } catch (const Error& err) {
+      snprintf(mine.error, sizeof(mine.error), "%s", err.what());
+    }
+  }
+  auto cleanup = [&] {
+    if (fd >= 0) close(fd);
+    fd = -1;
+    if (rank_ == 0) shm_unlink(info[lead].name);
+  };
+  try {
+    gather(*args_, info.data(), sizeof(SegmentInfo));
+    if (info[lead].error[0])
+      ACCL_THROW(acclSystemError, "rank %d could not create the shared-memory segment: %s",
+                 lead, info[lead].error);
+    if (rank_ != 0) {
+      try {
+        fd = shm_open(info[lead].name, O_RDWR, 0600);
+        ACCL_SYSCHECK(fd, "shm_open(/dev/shm" + std::string(info[lead].name) + ")",
+                      "do all ranks run as the same user?");
+        base_ = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (base_ == MAP_FAILED) {
+          base_ = nullptr;
+          ACCL_SYSCHECK(-1, "mmap of the shared-memory segment", "");
+        }
+      } catch (const Error& err) {
+        snprintf(mine.error, sizeof(mine.error), "%s", err.what());
+      }
+    }
+    // Everyone reports; the leader unlinks whatever happened, so no segment is left behind.
+    gather(*args_, info.data(), sizeof(SegmentInfo));
+    cleanup();
+    for (int r : members_)
+      if (info[r].error[0])
+        ACCL_THROW(acclSystemError, "rank %d could not map the shared-memory segment: %s", r,
+                   info[r].error);
+  } catch (...) {
+    cleanup();
+    if (base_) munmap(base_, total);
+    base_ = nullptr;
+    throw;
+  }
+  size_ = total;
+  char* b = static_cast<char*>(base_);
+  header_ = reinterpret_cast<ShmHeader*>(b);
+  ctrl_ = reinterpret_cast<RankCtrl*>(b + alignUp(sizeof(ShmHeader), 64));
+  channels_ = reinterpret_cast<ChannelCtrl*>(ctrl_ + nranks_);
+  data_ = b + dataOff;
+  p2p_ = b + p2pOff;
+  // Peers learn this rank's process once the last exchange below is done.
+  ctrl_[rank_].pid = getpid();
+  ctrl_[rank_].startTime = processStartTime(getpid());
+  if (rank_ == 0) {
+    header_->magic = kShmMagic;
+    header_->commHash = args_->commHash;
+    header_->nranks = nranks_;
+  }
+  // Cross-memory attach: allow peers to read this process (Yama's ptrace_scope=1 needs it), and
+  // leave a word for them to test with.
+  long long cmaMin = paramInt(Param::CmaMin);
+  if (cmaMin >= 0) {
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    randomBytes(&probe_, sizeof(probe_));
+    ctrl_[rank_].probeAddr = reinterpret_cast<uint64_t>(&probe_);
+    ctrl_[rank_].probeValue = probe_;
+  }
+  std::vector<char> ready(args_->nranks);
+  gather(*args_, ready.data(), 1);
+  if (cmaMin >= 0) {
+    bool ok = true;
+    for (int r = 0; r < nranks_ && ok; ++r) {
+      uint64_t v = 0;
+      iovec local{&v, sizeof(v)}, remote{reinterpret_cast<void*>(ctrl_[r].probeAddr), sizeof(v)};
+      ok = process_vm_readv(ctrl_[r].pid, &local, 1, &remote, 1, 0) == sizeof(v) &&
+           v == ctrl_[r].probeValue;
+    }
+    // All ranks must agree: an operation is single copy on every rank or on none.
+    std::vector<char> oks(args_->nranks);
+    oks[args_->rank] = ok;
+    gather(*args_, oks.data(), 1);
+    cma_ = std::all_of(members_.begin(), members_.end(), [&](int r) { return oks[r] != 0; });
+    cmaMin_ = cmaMin;
+    if (!cma_)
+      ACCL_INFO("SHM", "rank %d: cross-memory attach is not possible between all ranks (ptrace "
+                "restrictions or pid namespaces): large messages are copied through /dev/shm",
+                args_->rank);
+  }
+  canSeePeers_ = true;
+  for (int r = 0; r < nranks_; ++r)
+    canSeePeers_ &= ctrl_[r].startTime && processStartTime(ctrl_[r].pid) == ctrl_[r].startTime;
+  if (!canSeePeers_)
+    ACCL_INFO("SHM", "rank %d: cannot see every peer's process (another pid namespace, or a "
+              "peer already exited): a dead peer is found by the timeout only", args_->rank);
+  ACCL_INFO("SHM", "rank %d: segment %s, %zu MiB, %d ranks", args_->rank, info[lead].name,
+            total >> 20, nranks_);
+}
+
+ShmComm::~ShmComm() {
+  if (base_) munmap(base_, size_);
+}
+
+void ShmComm::checkAbort(const std::function<bool(int)>& awaited) const {
+  if (__atomic_load_n(args_->abortFlag, __ATOMIC_ACQUIRE))
+    ACCL_THROW(acclRemoteError, "the communicator was aborted");
+  // A failure first: a rank that failed then aborted says more by why it failed.
+  for (int r = 0; r < nranks_; ++r)
+    if (r != rank_ && ctrl_[r].failed.load(std::memory_order_acquire) && awaited(r))
+      ACCL_THROW(acclRemoteError, "rank %d failed: %s", members_[r], note(r).c_str());
+  int by = header_->abortedBy.load(std::memory_order_acquire);
+  if (by) ACCL_THROW(acclRemoteError, "rank %d aborted the communicator", by - 1);
+  if (canSeePeers_) checkPeersAlive(awaited);
+}
+
+void ShmComm::setNote(const std::string& text) {
+  // Read by peers without a lock: a torn read garbles a diagnostic, nothing else.
+  RankCtrl& me = ctrl_[rank_];
+  size_t n = std::min(text.size(), sizeof(me.note) - 1);
+  memcpy(me.note, text.data(), n);
+  me.note[n] = 0;
+}
+
+void ShmComm::fail(const std::string& why) {
+  setNote(why);
+  ctrl_[rank_].failed.store(1, std::memory_order_release);
+}
+
+std::string ShmComm::note(int r) const {
+  char buf[sizeof(RankCtrl::note)];
+  memcpy(buf, ctrl_[r].note, sizeof(buf));
+  buf[sizeof(buf) - 1] = 0;
+  return buf;
+}
+
+void ShmComm::checkPeersAlive(const std::function<bool(int)>& awaited) const {
+  auto now = std::chrono::steady_clock::now();
+  if (now < nextLivenessCheck_) return;
+  nextLivenessCheck_ = now + std::chrono::milliseconds(200);
+  std::string gone;
+  for (int r = 0; r < nranks_; ++r)
+    // Death first, then `awaited`: a rank that did its part and then exited is not awaited by
+    // the time its death is seen, and a dead process does nothing more.
+    if (r != rank_ && processStartTime(ctrl_[r].pid) != ctrl_[r].startTime && awaited(r))
+      gone += format("%s%d (pid %lld)", gone.empty() ? "" : ", ", members_[r],
+                     (long long)ctrl_[r].pid);
+  if (gone.empty()) return;
+  char host[64] = "";
+  gethostname(host, sizeof(host) - 1);
+  ACCL_THROW(acclRemoteError, "the process of rank %s on host %s is gone (killed, crashed or "
+             "exited)", gone.c_str(), host);
+}
+
+void ShmComm::announceAbort() {
+  int32_t none = 0;
+  header_->abortedBy.compare_exchange_strong(none, members_[rank_] + 1);
+}
+
+void ShmComm::cmaRead(int r, void* local, uint64_t remote, size_t bytes) const {
+  char* dst = static_cast<char*>(local);
+  while (bytes > 0) {
+    iovec l{dst, bytes}, rm{reinterpret_cast<void*>(remote), bytes};
+    ssize_t n = process_vm_readv(ctrl_[r].pid, &l, 1, &rm, 1, 0);
+    if (n <= 0)
+      ACCL_THROW(acclSystemError, "reading %zu bytes from rank %d (pid %lld) failed: %s", bytes,
+                 members_[r], (long long)ctrl_[r].pid, n < 0 ? strerror(errno) : "nothing read");
+    dst += n;
+    remote += n;
+    bytes -= n;
+  }
+}
+
+void ShmComm::arrive() { ctrl_[rank_].epoch.store(++epoch_, std::memory_order_release); }
+
+void ShmComm::waitAll() {
+  auto missing = [this](int r) {
+    return ctrl_[r].epoch.load(std::memory_order_acquire) < epoch_;
+  };
+  Backoff wait(args_->timeout, spinNs_, [&] { checkAbort(missing); });
+  for (int r = 0; r < nranks_; ++r) {
+    while (ctrl_[r].epoch.load(std::memory_order_acquire) < epoch_) {
+      wait.pause([&] {
+        std::string list, notes;
+        for (int q = 0; q < nranks_; ++q) {
+          if (!missing(q)) continue;
+          list += (list.empty() ? "" : ",") + std::to_string(members_[q]);
+          // A rank that is itself blocked on another node says on whom (multi-node only).
+          std::string n = note(q);
+          if (!n.empty()) notes += format("; rank %d is %s", members_[q], n.c_str());
+        }
+        return "ranks " + list + " to arrive" + notes;
+      });
+    }
+  }
+}
+
+}  // namespace cpu
+}  // namespace accl

@@ -1,0 +1,173 @@
+// The shared-memory part of the cpu backend's communicator: one segment per communicator and
+// node, mapped by the ranks of the communicator on that node (its "members"), holding
+//   - a control line per rank: its barrier epoch (see arrive/waitAll);
+//   - two sets of staging slots, one slot per rank in each: collectives copy through them;
+//   - a channel per ordered pair of ranks (two buffers and head/tail counters) for send/recv.
+// The segment is unlinked as soon as every rank has mapped it, so it disappears with the last
+// mapping however the processes end.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "accl/backend.h"
+
+namespace accl {
+namespace cpu {
+
+constexpr int kP2pBufs = 2;
+
+struct alignas(64) RankCtrl {
+  std::atomic<uint64_t> epoch;
+  // Who this rank is, so peers can tell when its process is gone (kill -9, crash).
+  int64_t pid;
+  uint64_t startTime;  // /proc/<pid>/stat field 22: tells a reused pid from the original
+  // Single-copy operations: where this rank's buffers of the current operation are, for peers
+  // to read with process_vm_readv. Written before the rank arrives at the operation's barrier.
+  uint64_t sendAddr, recvAddr;
+  uint64_t probeAddr, probeValue;  // set at init: peers test that they may read this rank
+  // Multi-node only: what this rank waits for on another node, or why it failed (`failed` set),
+  // so that its local peers, which wait for it in turn, can name the ranks really missing.
+  std::atomic<int32_t> failed;
+  char note[124];
+};
+
+struct alignas(64) ChannelCtrl {
+  alignas(64) std::atomic<uint64_t> tail;  // chunks written by the sender
+  alignas(64) std::atomic<uint64_t> head;  // chunks taken by the receiver
+  // Total bytes of the message each buffered chunk belongs to, so a mismatched send/recv pair
+  // is reported instead of silently misread. Written before `tail` is released.
+  alignas(64) uint64_t msgBytes[kP2pBufs];
+};
+
+struct ShmHeader {
+  uint64_t magic;
+  uint64_t commHash;
+  int32_t nranks;
+  // Non-zero (rank + 1) once a rank aborted: peers stop waiting for it.
+  std::atomic<int32_t> abortedBy;
+};
+
+// Polls a condition the way every wait in the backend does: spin briefly (ACCL_SPIN_US), then
+// yield, then sleep, so ranks oversubscribed on few cores still make progress. Throws
+// acclTimeout after `timeout` seconds, acclRemoteError on abort; `describe` says what was
+// awaited.
+class Backoff {
+ public:
+  Backoff(double timeout, long spinNs, std::function<void()> checkAbort);
+  void pause(const std::function<std::string()>& describe);
+
+ private:
+  enum Phase { kSpin, kYield, kSleep };
+  std::chrono::steady_clock::time_point start_;
+  double timeout_;
+  std::function<void()> checkAbort_;
+  long spinNs_;
+  Phase phase_;
+  uint64_t polls_ = 0;
+};
+
+// Ranks and roots passed to a ShmComm are its local indices (0 .. members-1); messages name
+// the communicator's ranks. On one node the two are the same.
+class ShmComm {
+ public:
+  // `members`: the communicator's ranks on this node, ascending, including args->rank. The
+  // constructor is collective over all ranks of the communicator (bootstrap all-gathers).
+  ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members);
+  ~ShmComm();
+  ShmComm(const ShmComm&) = delete;
+  ShmComm& operator=(const ShmComm&) = delete;
+
+  // Largest all-reduce (bytes) for the direct algorithm (ACCL_ALLREDUCE_DIRECT_MAX).
+  size_t allReduceDirectMax;
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  const acclBackendCommArgs_v1& args() const { return *args_; }
+
+  // Barrier over the ranks' epoch counters: arrive() publishes this rank's next epoch; waitAll()
+  // returns once every rank has arrived there. A rank can be at most one epoch ahead of another.
+  void arrive();
+  void waitAll();
+  void barrier() {
+    arrive();
+    waitAll();
+  }
+
+  // Staging. Each step of a collective takes the next of the two slot sets. Every step has at
+  // least one barrier, so when a step writes its set, all reads of that set's previous use (two
+  // steps back) are complete.
+  int nextSet() { return static_cast<int>(step_++ & 1); }
+  char* slot(int set, int r) const { return data_ + (size_t(set) * nranks_ + r) * slotBytes_; }
+  size_t slotBytes() const { return slotBytes_; }
+  // Room for one pointer per rank: the sources of a reduction, without an allocation per call.
+  const void** sources() { return sources_.data(); }
+
+  // Point to point.
+  ChannelCtrl& channel(int src, int dst) const { return channels_[src * nranks_ + dst]; }
+  char* channelBuf(int src, int dst, int i) const {
+    return p2p_ + ((size_t(src) * nranks_ + dst) * kP2pBufs + i) * p2pBytes_;
+  }
+  size_t p2pBytes() const { return p2pBytes_; }
+  // How long a wait spins before it yields: ACCL_SPIN_US, or 0 with more ranks than cores.
+  long spinNs() const { return spinNs_; }
+
+  // Single copy (cross-memory attach): peers read this rank's buffers directly. Enabled when
+  // every rank can read every other (same user, no ptrace restriction) and ACCL_CMA_MIN >= 0;
+  // used for messages of at least cmaMin bytes.
+  bool cma() const { return cma_; }
+  size_t cmaMin() const { return cmaMin_; }
+  void publish(const void* send, const void* recv) {
+    ctrl_[rank_].sendAddr = reinterpret_cast<uint64_t>(send);
+    ctrl_[rank_].recvAddr = reinterpret_cast<uint64_t>(recv);
+  }
+  const RankCtrl& peer(int r) const { return ctrl_[r]; }
+  // Copies `bytes` from address `remote` in rank r's process to `local`.
+  void cmaRead(int r, void* local, uint64_t remote, size_t bytes) const;
+
+
+  // Throws if this communicator or a peer's was aborted, or (checked at most every 200 ms) the
+  // process of an awaited rank is gone. Only awaited ranks count: a rank whose part is done
+  // (say, an eager send already in the buffer) may exit before this one finishes.
+  void checkAbort(const std::function<bool(int)>& awaited) const;
+  // Marks the segment so peers stop waiting for this rank.
+  void announceAbort();
+  // What this rank waits for elsewhere ("" when nothing), shown in its local peers' timeouts.
+  void setNote(const std::string& text);
+  // This rank's operation failed: local peers waiting for it fail too, with `why`.
+  void fail(const std::string& why);
+  std::string note(int r) const;
+  int global(int r) const { return members_[r]; }
+
+ private:
+  void checkPeersAlive(const std::function<bool(int)>& awaited) const;
+
+  const acclBackendCommArgs_v1* args_;
+  std::vector<int> members_;
+  int rank_, nranks_;
+  // Peers' processes are visible in this pid namespace (false in separate containers).
+  bool canSeePeers_ = false;
+  bool cma_ = false;
+  size_t cmaMin_ = 0;
+  uint64_t probe_ = 0;  // the word peers read at init to test cross-memory attach
+  mutable std::chrono::steady_clock::time_point nextLivenessCheck_{};
+  size_t slotBytes_, p2pBytes_;
+  uint64_t epoch_ = 0, step_ = 0;
+  long spinNs_ = 0;
+  std::vector<const void*> sources_;
+  void* base_ = nullptr;
+  size_t size_ = 0;
+  ShmHeader* header_ = nullptr;
+  RankCtrl* ctrl_ = nullptr;
+  ChannelCtrl* channels_ = nullptr;
+  char* data_ = nullptr;
+  char* p2p_ = nullptr;
+};
+
+}  // namespace cpu
+}  // namespace accl

@@ -1,0 +1,278 @@
+#include "transport/tcp.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "auth.h"
+#include "errors.h"
+#include "logging.h"
+#include "params.h"
+
+namespace accl {
+namespace cpu {
+namespace {
+
+constexpr uint32_t kMsgMagic = 0x4d434341;   // "ACCM": a message header
+constexpr size_t kSplitMin = 256 << 10;      // smaller messages use one connection
+constexpr size_t kSplitAlign = 4096;
+constexpr double kHelloSeconds = 5.0;        // a connection gets this long to say who it is
+constexpr size_t kMaxIo = 4 << 20;           // bytes per system call: keeps the sockets fair
+
+bool sameToken(const uint8_t* a, const uint8_t* b) {
+  uint8_t d = 0;  // constant time
+  for (int i = 0; i < 16; ++i) d |= a[i] ^ b[i];
+  return d == 0;
+}
+
+// Latency and dead-link detection. Keepalive probes an idle connection whose peer host vanished
+// after ~25 s; TCP_USER_TIMEOUT fails a send that stays unacknowledged for the communicator's
+// timeout. The communicator's own deadline bounds every wait in any case.
+void tune(int fd, double timeout) {
+  int one = 1, idle = 10, intvl = 5, cnt = 3;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  unsigned userTimeout = static_cast<unsigned>(std::min(timeout, 3600.0) * 1000);
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeout, sizeof(userTimeout));
+}
+
+bool aborted(const volatile int* flag) { return __atomic_load_n(flag, __ATOMIC_ACQUIRE); }
+
+}  // namespace
+
+TcpTransport::TcpTransport(const acclBackendCommArgs_v1* args, const std::vector<bool>& remote)
+    : rank_(args->rank), nranks_(args->nranks) {
+  long long n = paramInt(Param::SocketNsocks);
+  ACCL_ARG_CHECK(n >= 1 && n <= kMaxSocks, "ACCL_SOCKET_NSOCKS=%lld is not between 1 and %d", n,
+                 kMaxSocks);
+  nsocks_ = static_cast<int>(n);
+  connectMesh(args, remote);
+}
+
+void TcpTransport::connectMesh(const acclBackendCommArgs_v1* args,
+                               const std::vector<bool>& remote) {
+  const volatile int* abortFlag = args->abortFlag;
+  Deadline dl = Deadline::in(args->timeout);
+  std::vector<TcpEndpoint> eps(nranks_);
+  TcpEndpoint& mine = eps[rank_];
+  mine.nsocks = nsocks_;
+  Socket listener;
+  bool any = std::find(remote.begin(), remote.end(), true) != remote.end();
+  if (any) {
+    SockAddr a = localAddress();
+    listener = Socket::listen(a, false);
+    mine.addr = toWire(a);
+    randomBytes(mine.token, sizeof(mine.token));
+    ACCL_INFO("NET", "rank %d: TCP transport listening at %s, %d connections per peer", rank_,
+              a.str().c_str(), nsocks_);
+  }
+  acclResult_t r = args->allGather(args->bootstrap, eps.data(), sizeof(TcpEndpoint));
+  if (r != acclSuccess) ACCL_THROW(r, "bootstrap exchange of TCP addresses failed");
+  addrs_.resize(nranks_);
+  socks_.resize(nranks_);
+  for (int q = 0; q < nranks_; ++q) {
+    if (!remote[q]) continue;
+    if (eps[q].nsocks != nsocks_)
+      ACCL_THROW(acclInvalidUsage, "ACCL_SOCKET_NSOCKS is %d on rank %d and %d on rank %d: all "
+                 "ranks must use the same value", nsocks_, rank_, eps[q].nsocks, q);
+    addrs_[q] = fromWire(eps[q].addr);
+    socks_[q].resize(nsocks_);
+  }
+
+  // The lower rank of each pair connects. Connections complete in the listener's backlog, so
+  // connecting first and accepting second cannot deadlock.
+  for (int q = rank_ + 1; q < nranks_; ++q) {
+    if (!remote[q]) continue;
+    for (int i = 0; i < nsocks_; ++i) {
+      Socket s;
+      try {
+        s = Socket::connect(addrs_[q], dl, abortFlag);
+        tune(s.fd(), args->timeout);
+        TcpHello h{kTcpHelloMagic, rank_, i, nsocks_, {}};
+        memcpy(h.token, eps[q].token, sizeof(h.token));
+        s.sendAll(&h, sizeof(h), dl, abortFlag);
+      } catch (const Error& e) {
+        ACCL_THROW(e.code(), "rank %d cannot connect to rank %d over TCP: %s (does "
+                   "ACCL_SOCKET_IFNAME select an interface the two can reach each other on?)",
+                   rank_, q, e.what());
+      }
+      socks_[q][i] = std::move(s);
+    }
+  }
+
+  // Accept the lower ranks' connections; anything else is logged and dropped.
+  struct Pending {
+    Socket s;
+    TcpHello h;
+    size_t got;
+    Deadline dl;
+  };
+  std::vector<Pending> pending;
+  int expected = 0;
+  for (int q = 0; q < rank_; ++q) expected += remote[q] ? nsocks_ : 0;
+  auto missing = [&] {
+    std::string m;
+    for (int q = 0; q < rank_; ++q) {
+      if (!remote[q]) continue;
+      bool all = true;
+      for (auto& s : socks_[q]) all &= s.valid();
+      if (!all) m += (m.empty() ? "" : ",") + std::to_string(q);
+    }
+    return m;
+  };
+  auto drop = [](Pending& p, const std::string& why) {
+    ACCL_WARN("NET", "refused TCP connection from %s: %s", p.s.peer().str().c_str(), why.c_str());
+    p.s.close();
+  };
+  while (expected > 0) {
+    if (aborted(abortFlag)) ACCL_THROW(acclRemoteError, "communicator aborted");
+    if (dl.expired())
+      ACCL_THROW(acclTimeout, "rank %d: ranks %s did not connect over TCP within %.1f s (this "
+                 "rank listens at %s; check ACCL_SOCKET_IFNAME and firewalls)", rank_,
+                 missing().c_str(), args->timeout, fromWire(mine.addr).str().c_str());
+    std::vector<pollfd> fds{{listener.fd(), POLLIN, 0}};
+    for (auto& p : pending) fds.push_back({p.s.fd(), POLLIN, 0});
+    int rc = poll(fds.data(), fds.size(), std::min<double>(50, dl.remaining() * 1000 + 1));
+    if (rc < 0 && errno != EINTR) ACCL_SYSCHECK(rc, "poll", "");
+    for (size_t k = 0; k < pending.size(); ++k) {
+      Pending& p = pending[k];
+      if (fds[k + 1].revents) {
+        ssize_t got = recv(p.s.fd(), reinterpret_cast<char*>(&p.h) + p.got, sizeof(p.h) - p.got, 0);
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+          drop(p, got == 0 ? "closed before saying who it is" : strerror(errno));
+          continue;
+        }
+        if (got > 0) p.got += got;
+      }
+      if (p.got < sizeof(p.h)) {
+        if (p.dl.expired()) drop(p, "said nothing for 5 s");
+        continue;
+      }
+      const TcpHello& h = p.h;
+      if (h.magic != kTcpHelloMagic) drop(p, "not an accl peer");
+      else if (!sameToken(h.token, mine.token)) drop(p, "wrong token (not of this communicator)");
+      else if (h.rank < 0 || h.rank >= rank_ || !remote[h.rank] || h.sock < 0 ||
+               h.sock >= nsocks_ || socks_[h.rank][h.sock].valid())
+        drop(p, format("unexpected connection %d of rank %d", h.sock, h.rank));
+      else {
+        tune(p.s.fd(), args->timeout);
+        socks_[h.rank][h.sock] = std::move(p.s);
+        --expected;
+      }
+    }
+    pending.erase(std::remove_if(pending.begin(), pending.end(),
+                                 [](const Pending& p) { return !p.s.valid(); }),
+                  pending.end());
+    if (fds[0].revents) {
+      Socket s = listener.accept(Deadline::in(0), abortFlag);
+      if (s.valid()) pending.push_back({std::move(s), {}, 0, Deadline::in(kHelloSeconds)});
+    }
+  }
+  for (auto& p : pending) drop(p, "the mesh is complete");
+  if (any) ACCL_INFO("NET", "rank %d: TCP mesh complete", rank_);
+}
+
+void TcpTransport::start(NetOp& op, bool send, int peer, void* buf, size_t bytes) const {
+  op = NetOp();
+  op.send = send;
+  op.peer = peer;
+  op.buf = static_cast<char*>(buf);
+  op.bytes = bytes;
+  if (send) op.hdr = {kMsgMagic, 0, bytes};
+}
+
+size_t TcpTransport::part(size_t bytes, int sock, size_t* off) const {
+  if (bytes < kSplitMin || nsocks_ == 1) {
+    *off = 0;
+    return sock == 0 ? bytes : 0;
+  }
+  size_t per = (bytes + nsocks_ - 1) / nsocks_;
+  size_t chunk = (per + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+  *off = std::min(bytes, chunk * sock);
+  return std::min(chunk, bytes - *off);
+}
+
+std::string TcpTransport::peerName(int r) const {
+  return format("rank %d (%s)", r, addrs_[r].str().c_str());
+}
+
+void TcpTransport::lost(const NetOp& op, int sock, int err) const {
+  const char* doing = op.send ? "sending to it" : "receiving from it";
+  if (!err || err == ECONNRESET || err == EPIPE)
+    ACCL_THROW(acclRemoteError, "%s closed its connection while this rank was %s: its process "
+               "ended, or it destroyed or aborted the communicator", peerName(op.peer).c_str(),
+               doing);
+  ACCL_THROW(acclRemoteError, "connection %d to %s failed while %s: %s%s", sock,
+             peerName(op.peer).c_str(), doing, strerror(err),
+             err == ETIMEDOUT ? " (its host or the link is down)" : "");
+}
+
+bool TcpTransport::progress(NetOp& op) {
+  if (op.complete) return false;
+  std::vector<Socket>& ss = socks_[op.peer];
+  bool moved = false, complete = true;
+  for (int i = 0; i < nsocks_; ++i) {
+    size_t off;
+    size_t len = part(op.bytes, i, &off);
+    while (op.done[i] < len || (i == 0 && op.hdrDone < sizeof(op.hdr))) {
+      // Socket 0 moves the header and its part in one call.
+      iovec iov[2];
+      int n = 0;
+      if (i == 0 && op.hdrDone < sizeof(op.hdr))
+        iov[n++] = {reinterpret_cast<char*>(&op.hdr) + op.hdrDone, sizeof(op.hdr) - op.hdrDone};
+      if (op.done[i] < len)
+        iov[n++] = {op.buf + off + op.done[i], std::min(len - op.done[i], kMaxIo)};
+      msghdr m{};
+      m.msg_iov = iov;
+      m.msg_iovlen = n;
+      ssize_t got = op.send ? sendmsg(ss[i].fd(), &m, MSG_NOSIGNAL) : recvmsg(ss[i].fd(), &m, 0);
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        lost(op, i, errno);
+      }
+      if (got == 0) lost(op, i, 0);
+      moved = true;
+      size_t g = static_cast<size_t>(got);
+      if (i == 0 && op.hdrDone < sizeof(op.hdr)) {
+        size_t h = std::min(g, sizeof(op.hdr) - op.hdrDone);
+        op.hdrDone += h;
+        g -= h;
+        if (!op.send && op.hdrDone == sizeof(op.hdr)) {
+          if (op.hdr.magic != kMsgMagic)
+            ACCL_THROW(acclRemoteError, "the stream from %s is out of step (bad message header)",
+                       peerName(op.peer).c_str());
+          if (op.hdr.bytes != op.bytes)
+            ACCL_THROW(acclRemoteError, "expected %zu bytes from %s, which sent a message of %llu "
+                       "bytes: sends and receives do not match", op.bytes,
+                       peerName(op.peer).c_str(), (unsigned long long)op.hdr.bytes);
+        }
+      }
+      op.done[i] += g;
+    }
+    complete &= op.done[i] == len && (i != 0 || op.hdrDone == sizeof(op.hdr));
+  }
+  op.complete = complete;
+  return moved;
+}
+
+void TcpTransport::pollEvents(const NetOp& op, std::vector<pollfd>* fds) const {
+  if (op.complete) return;
+  for (int i = 0; i < nsocks_; ++i) {
+    size_t off;
+    size_t len = part(op.bytes, i, &off);
+    if (op.done[i] < len || (i == 0 && op.hdrDone < sizeof(op.hdr)))
+      fds->push_back({socks_[op.peer][i].fd(), short(op.send ? POLLOUT : POLLIN), 0});
+  }
+}
+
+}  // namespace cpu
+}  // namespace accl
