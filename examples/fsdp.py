@@ -16,6 +16,7 @@ necessarily bit for bit.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 
@@ -83,6 +84,11 @@ def main() -> int:
     if not args.compare:
         return 0
     other, _ = train(args.compare, store)
+    # Frees the model, and with it the last reference to the group, before exit: gloo's worker
+    # threads live as long as its group, and one that drops a finished op's tensors during
+    # interpreter exit aborts the process ("terminate called without an active exception",
+    # pytorch/pytorch#190489).
+    gc.collect()
     diff = max((a - b).abs().max().item() for a, b in zip(params, other))
     scale = max(b.abs().max().item() for b in other)
     if rank == 0:
