@@ -52,11 +52,13 @@ struct GroupState {
   std::vector<P2pOp> p2p;                    // then all point-to-point operations together
 };
 
-// A failure on a communicator that spans nodes is shown to the ranks of this node, which may
-// be waiting for this rank while it waited for another node: they fail at once, naming the
-// cause, instead of timing out on a rank that is alive.
+// A failure on a communicator that spans nodes is shown to the ranks of this node and to this
+// rank's peers on other nodes, which may be waiting for this rank while it waited for another:
+// they fail at once, naming the cause, instead of timing out on a rank that is alive.
 void announceFailure(CpuComm& c, const Error& e) {
-  if (!c.singleNode()) c.shm().fail(e.what());
+  if (c.singleNode()) return;
+  c.shm().fail(e.what());
+  if (c.net()) c.net()->announceFailure(e.what());
 }
 thread_local GroupState tlsGroup;
 

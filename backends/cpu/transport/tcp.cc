@@ -4,6 +4,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -19,6 +20,8 @@ namespace cpu {
 namespace {
 
 constexpr uint32_t kMsgMagic = 0x4d434341;   // "ACCM": a message header
+constexpr uint32_t kFailMagic = 0x46434341;  // "ACCF": the sender failed; its text follows
+constexpr size_t kMaxFailText = 1024;
 constexpr size_t kSplitMin = 256 << 10;      // smaller messages use one connection
 constexpr size_t kSplitAlign = 4096;
 constexpr double kHelloSeconds = 5.0;        // a connection gets this long to say who it is
@@ -71,19 +74,24 @@ void TcpTransport::connectMesh(const acclBackendCommArgs_v1* args,
     listener = Socket::listen(a, false);
     mine.addr = toWire(a);
     randomBytes(mine.token, sizeof(mine.token));
+    gethostname(mine.host, sizeof(mine.host) - 1);
     ACCL_INFO("NET", "rank %d: TCP transport listening at %s, %d connections per peer", rank_,
               a.str().c_str(), nsocks_);
   }
   acclResult_t r = args->allGather(args->bootstrap, eps.data(), sizeof(TcpEndpoint));
   if (r != acclSuccess) ACCL_THROW(r, "bootstrap exchange of TCP addresses failed");
   addrs_.resize(nranks_);
+  hosts_.resize(nranks_);
   socks_.resize(nranks_);
+  midSend_.assign(nranks_, 0);
   for (int q = 0; q < nranks_; ++q) {
     if (!remote[q]) continue;
     if (eps[q].nsocks != nsocks_)
       ACCL_THROW(acclInvalidUsage, "ACCL_SOCKET_NSOCKS is %d on rank %d and %d on rank %d: all "
                  "ranks must use the same value", nsocks_, rank_, eps[q].nsocks, q);
     addrs_[q] = fromWire(eps[q].addr);
+    eps[q].host[sizeof(eps[q].host) - 1] = 0;
+    hosts_[q] = eps[q].host;
     socks_[q].resize(nsocks_);
   }
 
@@ -201,15 +209,15 @@ size_t TcpTransport::part(size_t bytes, int sock, size_t* off) const {
 }
 
 std::string TcpTransport::peerName(int r) const {
-  return format("rank %d (%s)", r, addrs_[r].str().c_str());
+  return format("rank %d (host %s, %s)", r, hosts_[r].c_str(), addrs_[r].str().c_str());
 }
 
 void TcpTransport::lost(const NetOp& op, int sock, int err) const {
   const char* doing = op.send ? "sending to it" : "receiving from it";
   if (!err || err == ECONNRESET || err == EPIPE)
     ACCL_THROW(acclRemoteError, "%s closed its connection while this rank was %s: its process "
-               "ended, or it destroyed or aborted the communicator", peerName(op.peer).c_str(),
-               doing);
+               "ended (killed, crashed or exited), or it destroyed or aborted the communicator",
+               peerName(op.peer).c_str(), doing);
   ACCL_THROW(acclRemoteError, "connection %d to %s failed while %s: %s%s", sock,
              peerName(op.peer).c_str(), doing, strerror(err),
              err == ETIMEDOUT ? " (its host or the link is down)" : "");
@@ -247,6 +255,7 @@ bool TcpTransport::progress(NetOp& op) {
         op.hdrDone += h;
         g -= h;
         if (!op.send && op.hdrDone == sizeof(op.hdr)) {
+          if (op.hdr.magic == kFailMagic) peerFailed(op, op.buf + off + op.done[i], g);
           if (op.hdr.magic != kMsgMagic)
             ACCL_THROW(acclRemoteError, "the stream from %s is out of step (bad message header)",
                        peerName(op.peer).c_str());
@@ -258,10 +267,49 @@ bool TcpTransport::progress(NetOp& op) {
       }
       op.done[i] += g;
     }
-    complete &= op.done[i] == len && (i != 0 || op.hdrDone == sizeof(op.hdr));
+    bool sockDone = op.done[i] == len && (i != 0 || op.hdrDone == sizeof(op.hdr));
+    if (i == 0 && op.send) midSend_[op.peer] = op.hdrDone > 0 && !sockDone;
+    complete &= sockDone;
   }
   op.complete = complete;
   return moved;
+}
+
+void TcpTransport::peerFailed(const NetOp& op, const char* text, size_t got) const {
+  std::string why(std::min<uint64_t>(op.hdr.bytes, kMaxFailText), '\0');
+  got = std::min(got, why.size());
+  memcpy(&why[0], text, got);
+  // The rest of the text is on its way, or lost with the peer: a short wait, then what came.
+  Deadline dl = Deadline::in(0.2);
+  int fd = socks_[op.peer][0].fd();
+  while (got < why.size() && !dl.expired()) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 20) < 0 && errno != EINTR) break;
+    ssize_t n = recv(fd, &why[got], why.size() - got, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;
+    if (n > 0) got += n;
+  }
+  why.resize(got);
+  ACCL_THROW(acclRemoteError, "%s failed: %s", peerName(op.peer).c_str(), why.c_str());
+}
+
+void TcpTransport::announceFailure(const std::string& why) {
+  if (announced_) return;  // once: the first failure is the cause
+  announced_ = true;
+  for (int q = 0; q < nranks_; ++q) {
+    if (socks_[q].empty()) continue;
+    if (!midSend_[q]) {
+      std::string text = why.substr(0, kMaxFailText);
+      NetOp::Header h{kFailMagic, 0, text.size()};
+      iovec iov[2] = {{&h, sizeof(h)}, {&text[0], text.size()}};
+      msghdr m{};
+      m.msg_iov = iov;
+      m.msg_iovlen = 2;
+      (void)sendmsg(socks_[q][0].fd(), &m, MSG_DONTWAIT | MSG_NOSIGNAL);  // best effort
+    }
+    for (auto& sock : socks_[q])
+      if (sock.valid()) shutdown(sock.fd(), SHUT_WR);
+  }
 }
 
 void TcpTransport::pollEvents(const NetOp& op, std::vector<pollfd>* fds) const {

@@ -12,6 +12,11 @@
 // the order they were sent, as with shared memory). A message of 256 KiB or more is split over
 // all connections of the pair; socket 0 carries a header with its size first, so a receive of
 // the wrong size is reported instead of misread.
+//
+// A rank whose operation fails tells its peers on other nodes why (announceFailure): where its
+// stream on socket 0 is between messages it sends a failure header and the text, then it shuts
+// down its sending side. A peer receiving from it fails at once with that text (which names
+// the rank that died, say), or, where the frame could not be sent, with the closed connection.
 #pragma once
 
 #include <poll.h>
@@ -34,6 +39,7 @@ struct TcpEndpoint {
   WireAddr addr;  // family 0: this rank has no peer on another node
   int32_t nsocks;
   uint8_t token[16];
+  char host[64];  // gethostname, for messages
 };
 // What a connecting rank sends first on each connection.
 constexpr uint32_t kTcpHelloMagic = 0x4e434341;  // "ACCN"
@@ -73,6 +79,9 @@ class TcpTransport {
   bool progress(NetOp& op);
   // Appends the pollfds that would let `op` move.
   void pollEvents(const NetOp& op, std::vector<pollfd>* fds) const;
+  // After this rank failed for `why`: tells every peer on another node (see above). Sends only
+  // what the kernel takes at once; never blocks.
+  void announceFailure(const std::string& why);
   // "rank 3 (10.0.0.2:4711)", and the address alone.
   std::string peerName(int r) const;
   std::string address(int r) const { return addrs_[r].str(); }
@@ -83,10 +92,16 @@ class TcpTransport {
   size_t part(size_t bytes, int sock, size_t* off) const;  // bytes of `sock`'s part; its offset
   // Throws acclRemoteError for a connection that closed (err 0) or failed.
   [[noreturn]] void lost(const NetOp& op, int sock, int err) const;
+  // Throws the failure a peer announced: `got` bytes of its text are at `text`, the rest is
+  // still on socket 0.
+  [[noreturn]] void peerFailed(const NetOp& op, const char* text, size_t got) const;
 
   int rank_, nranks_, nsocks_;
   std::vector<SockAddr> addrs_;             // every rank's listening address
+  std::vector<std::string> hosts_;          // and host name
   std::vector<std::vector<Socket>> socks_;  // [peer][i]; empty for peers on this node
+  std::vector<uint8_t> midSend_;            // [peer]: socket 0 is inside a message to it
+  bool announced_ = false;                  // announceFailure ran
 };
 
 }  // namespace cpu
