@@ -15,7 +15,7 @@ void allGatherRing(CpuComm& c, const CollArgs& a) {
   const int n = c.nranks(), me = c.rank();
   const size_t bytes = a.count * typeSize(a.type);
   char* recv = static_cast<char*>(a.recv);
-  if (a.send != recv + me * bytes) memcpy(recv + me * bytes, a.send, bytes);
+  if (bytes && a.send != recv + me * bytes) memcpy(recv + me * bytes, a.send, bytes);
   const int right = (me + 1) % n, left = (me + n - 1) % n;
   std::vector<P2pOp>& ops = c.ops();
   for (int s = 0; s < n - 1; ++s) {

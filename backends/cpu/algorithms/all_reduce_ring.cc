@@ -74,7 +74,7 @@ void directAllReduce(CpuComm& c, const std::vector<int>& group, int me, char* bu
 
 void allReduceRing(CpuComm& c, const CollArgs& a) {
   const size_t bytes = a.count * typeSize(a.type);
-  if (a.send != a.recv) memcpy(a.recv, a.send, bytes);
+  if (bytes && a.send != a.recv) memcpy(a.recv, a.send, bytes);
   std::vector<int> all(c.nranks());
   for (int r = 0; r < c.nranks(); ++r) all[r] = r;
   acclRedOp_t op = a.op == acclAvg ? acclSum : a.op;

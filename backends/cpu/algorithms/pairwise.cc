@@ -38,7 +38,7 @@ void alltoAllPairwise(CpuComm& c, const CollArgs& a) {
   const size_t bytes = a.count * typeSize(a.type);
   const char* send = static_cast<const char*>(a.send);
   char* recv = static_cast<char*>(a.recv);
-  if (send == recv) {  // in place: send from a copy, as the blocks arrive where they leave
+  if (send == recv && bytes) {  // in place: send from a copy, as the blocks arrive where they leave
     char* copy = c.scratch(bytes * n);
     memcpy(copy, send, bytes * n);
     send = copy;
@@ -50,7 +50,8 @@ void alltoAllPairwise(CpuComm& c, const CollArgs& a) {
     addP2p(ops, c, true, q, send + q * bytes, bytes);
     addP2p(ops, c, false, q, recv + q * bytes, bytes);
   }
-  if (send + me * bytes != recv + me * bytes) memcpy(recv + me * bytes, send + me * bytes, bytes);
+  if (bytes && send + me * bytes != recv + me * bytes)
+    memcpy(recv + me * bytes, send + me * bytes, bytes);
   runP2p(ops);
 }
 
@@ -61,7 +62,7 @@ void gatherPairwise(CpuComm& c, const CollArgs& a) {
   std::vector<P2pOp>& ops = c.ops();
   ops.clear();
   if (me == a.root) {
-    if (a.send != recv + me * bytes) memcpy(recv + me * bytes, a.send, bytes);
+    if (bytes && a.send != recv + me * bytes) memcpy(recv + me * bytes, a.send, bytes);
     for (int q = 0; q < n; ++q)
       if (q != me) addP2p(ops, c, false, q, recv + q * bytes, bytes);
   } else {
@@ -77,7 +78,7 @@ void scatterPairwise(CpuComm& c, const CollArgs& a) {
   std::vector<P2pOp>& ops = c.ops();
   ops.clear();
   if (me == a.root) {
-    if (a.recv != send + me * bytes) memcpy(a.recv, send + me * bytes, bytes);
+    if (bytes && a.recv != send + me * bytes) memcpy(a.recv, send + me * bytes, bytes);
     for (int q = 0; q < n; ++q)
       if (q != me) addP2p(ops, c, true, q, send + q * bytes, bytes);
   } else {
