@@ -1,5 +1,6 @@
 """Several "hosts" on this machine: network namespaces joined by veth pairs through a bridge (in
-a namespace of its own, so the host's network is untouched), with netem adding latency. Each
+a namespace of its own, so the host's network is untouched; accl._netns, shared with
+perf/multinode.py), with netem adding latency where the kernel has it. Each
 namespace runs 2 ranks under its own torchrun (--nnodes/--node-rank/--rdzv-endpoint) and its
 own ACCL_HOSTID, so ranks share memory inside a namespace and use TCP across. The ranks check
 every collective against numpy (multinode_worker.py); then one namespace's link is cut and every
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -21,92 +21,27 @@ import uuid
 import pytest
 
 from accl_testing import PYTHON_DIR, shm_segments
+from accl import _netns as netns
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "multinode_worker.py")
 RANKS_PER_NODE = 2
 
-
-def _netns_usable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root to create network namespaces"
-    if not shutil.which("ip"):
-        return "the ip tool (iproute2) is not installed"
-    name = f"acclprobe{uuid.uuid4().hex[:6]}"
-    r = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
-    if r.returncode != 0:
-        return f"cannot create a network namespace: {r.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", name], capture_output=True)
-    return None
-
-
-_WHY_NOT = _netns_usable()
+_WHY_NOT = netns.unusable()
 pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=str(_WHY_NOT))
-
-
-def sh(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = (["ip", "netns", "exec", ns] if ns else []) + list(args)
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
-    return r
-
-
-class Net:
-    """`nodes` namespaces 10.<b>.<c>.<i+1>/24 on veth v<tag><i>a, bridged in a hub namespace."""
-
-    def __init__(self, nodes: int, delay_ms: float = 1.0):
-        self.tag = uuid.uuid4().hex[:5]  # interface names stay under 15 characters
-        self.hub = f"accl-{self.tag}-hub"
-        self.ns = [f"accl-{self.tag}-n{i}" for i in range(nodes)]
-        self.dev = [f"v{self.tag}{i}a" for i in range(nodes)]
-        b = int(self.tag[:2], 16) % 200 + 20
-        c = int(self.tag[2:4], 16)
-        self.ip = [f"10.{b}.{c}.{i + 1}" for i in range(nodes)]
-        self.netem = False
-        try:
-            sh("ip", "netns", "add", self.hub)
-            sh("ip", "link", "add", "br0", "type", "bridge", ns=self.hub)
-            sh("ip", "link", "set", "br0", "up", ns=self.hub)
-            for i, ns in enumerate(self.ns):
-                sh("ip", "netns", "add", ns)
-                peer = f"v{self.tag}{i}b"
-                sh("ip", "link", "add", self.dev[i], "netns", ns, "type", "veth", "peer", "name",
-                   peer, "netns", self.hub)
-                sh("ip", "link", "set", peer, "master", "br0", ns=self.hub)
-                sh("ip", "link", "set", peer, "up", ns=self.hub)
-                sh("ip", "addr", "add", f"{self.ip[i]}/24", "dev", self.dev[i], ns=ns)
-                sh("ip", "link", "set", self.dev[i], "up", ns=ns)
-                sh("ip", "link", "set", "lo", "up", ns=ns)
-                # Latency where the kernel has netem (sch_netem); without it the hop is
-                # still a real one, through two veth pairs and a bridge.
-                if delay_ms and shutil.which("tc"):
-                    r = sh("tc", "qdisc", "add", "dev", self.dev[i], "root", "netem", "delay",
-                           f"{delay_ms}ms", ns=ns, check=False)
-                    self.netem = r.returncode == 0
-        except BaseException:
-            self.close()
-            raise
-
-    def link(self, i: int, up: bool) -> None:
-        sh("ip", "link", "set", self.dev[i], "up" if up else "down", ns=self.ns[i])
-
-    def close(self) -> None:
-        # Deleting a namespace deletes its veth ends; the peers go with them.
-        for ns in self.ns + [self.hub]:
-            sh("ip", "netns", "del", ns, check=False)
 
 
 @pytest.fixture
 def net3():
-    net = Net(3)
+    net = netns.Net(3, delay_ms=1.0)
     try:
         yield net
     finally:
         net.close()
 
 
-def _launch_torchrun(net: Net, out: str, phases: str, cut_timeout: float) -> list[subprocess.Popen]:
+def _launch_torchrun(net: netns.Net, out: str, phases: str,
+                     cut_timeout: float) -> list[subprocess.Popen]:
     port = 20000 + int(uuid.uuid4().hex[:4], 16) % 10000
     procs = []
     for i, ns in enumerate(net.ns):
