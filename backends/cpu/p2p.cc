@@ -77,7 +77,29 @@ bool progress(P2pOp& op) {
   return op.comm->net()->progress(op.net);
 }
 
+// One pass over `ops`: moves what moves without waiting, keeping each channel's order.
+bool progressAll(std::vector<P2pOp>& ops, bool* pending, bool* shmPending) {
+  bool moved = false;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    P2pOp& op = ops[i];
+    if (op.finished()) continue;
+    *pending = true;
+    bool blocked = false;
+    for (size_t j = 0; j < i && !blocked; ++j)
+      blocked = !ops[j].finished() && ops[j].comm == op.comm && ops[j].send == op.send &&
+                ops[j].peer == op.peer;
+    *shmPending |= op.local >= 0;
+    if (!blocked) moved |= progress(op);
+  }
+  return moved;
+}
+
 }  // namespace
+
+void kickP2p(std::vector<P2pOp>& ops) {
+  bool pending = false, shmPending = false;
+  progressAll(ops, &pending, &shmPending);
+}
 
 void addP2p(std::vector<P2pOp>& ops, CpuComm& c, bool send, int peer, const void* buf,
             size_t bytes, bool internal) {
@@ -145,18 +167,8 @@ void runP2p(std::vector<P2pOp>& ops) {
   };
   try {
     for (;;) {
-      bool moved = false, pending = false, shmPending = false;
-      for (size_t i = 0; i < ops.size(); ++i) {
-        P2pOp& op = ops[i];
-        if (op.finished()) continue;
-        pending = true;
-        bool blocked = false;
-        for (size_t j = 0; j < i && !blocked; ++j)
-          blocked = !ops[j].finished() && ops[j].comm == op.comm && ops[j].send == op.send &&
-                    ops[j].peer == op.peer;
-        shmPending |= op.local >= 0;
-        if (!blocked) moved |= progress(op);
-      }
+      bool pending = false, shmPending = false;
+      bool moved = progressAll(ops, &pending, &shmPending);
       if (!pending) break;
       if (moved) {
         wait = Backoff(timeout, spinNs, checkAbort);  // the timeout bounds a wait without progress
