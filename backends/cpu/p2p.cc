@@ -161,49 +161,42 @@ void runP2p(std::vector<P2pOp>& ops) {
   auto lastMove = std::chrono::steady_clock::now();
   ShmComm* noted = nullptr;  // the node's peers were told what this rank waits for
   std::vector<pollfd> fds;
-  auto clearNote = [&] {
-    if (noted) noted->setNote("");
-    noted = nullptr;
-  };
-  try {
-    for (;;) {
-      bool pending = false, shmPending = false;
-      bool moved = progressAll(ops, &pending, &shmPending);
-      if (!pending) break;
-      if (moved) {
-        wait = Backoff(timeout, spinNs, checkAbort);  // the timeout bounds a wait without progress
-        lastMove = std::chrono::steady_clock::now();
-        continue;
-      }
-      if (shmPending) {
-        wait.pause(pendingText);
-        continue;
-      }
-      fds.clear();
-      for (auto& op : ops)
-        if (!op.finished()) op.comm->net()->pollEvents(op.net, &fds);
-      double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - lastMove).count();
-      if (waited > timeout)
-        ACCL_THROW(acclTimeout, "timed out after %.1f s %s", timeout, pendingText().c_str());
-      checkAbort();
-      if (!noted && waited > 0.05) {
-        for (auto& op : ops)
-          if (!op.finished() && !op.comm->singleNode()) {
-            noted = &op.comm->shm();
-            noted->setNote(pendingText());
-            break;
-          }
-      }
-      int ms = static_cast<int>(std::min(50.0, (timeout - waited) * 1000 + 1));
-      int rc = poll(fds.data(), fds.size(), ms);
-      if (rc < 0 && errno != EINTR) ACCL_SYSCHECK(rc, "poll", "");
+  for (;;) {
+    bool pending = false, shmPending = false;
+    bool moved = progressAll(ops, &pending, &shmPending);
+    if (!pending) break;
+    if (moved) {
+      wait = Backoff(timeout, spinNs, checkAbort);  // the timeout bounds a wait without progress
+      lastMove = std::chrono::steady_clock::now();
+      continue;
     }
-  } catch (...) {
-    clearNote();
-    throw;
+    if (shmPending) {
+      wait.pause(pendingText);
+      continue;
+    }
+    fds.clear();
+    for (auto& op : ops)
+      if (!op.finished()) op.comm->net()->pollEvents(op.net, &fds);
+    double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - lastMove).count();
+    if (waited > timeout)
+      ACCL_THROW(acclTimeout, "timed out after %.1f s %s", timeout, pendingText().c_str());
+    checkAbort();
+    if (!noted && waited > 0.05) {
+      for (auto& op : ops)
+        if (!op.finished() && !op.comm->singleNode()) {
+          noted = &op.comm->shm();
+          noted->setNote(pendingText());
+          break;
+        }
+    }
+    int ms = static_cast<int>(std::min(50.0, (timeout - waited) * 1000 + 1));
+    int rc = poll(fds.data(), fds.size(), ms);
+    if (rc < 0 && errno != EINTR) ACCL_SYSCHECK(rc, "poll", "");
   }
-  clearNote();
+  // On an error the note stays: the failure handler replaces it with the error (ShmComm::fail);
+  // cleared first, a local peer timing out in between would name no one on the far side.
+  if (noted) noted->setNote("");
 }
 
 }  // namespace cpu
