@@ -11,8 +11,8 @@ time and busbw of each library and their ratio to the link-limited optimum:
 (docs/performance.md, "Across nodes", derives it). Every rank is started directly with the
 variables torchrun would give it (RANK, WORLD_SIZE, MASTER_ADDR, ...) inside its node's
 namespace, ACCL_HOSTID naming the node; Open MPI runs under one mpirun in node 0's namespace
-that reaches the other nodes through an "ssh" agent which is `ip netns exec` (plm_ssh_agent),
-with btl self,sm,tcp (shared memory inside a node, TCP across, as accl).
+that reaches the other nodes through an "ssh" agent which is `ip netns exec` (plm_ssh_agent,
+see accl._netns), with btl self,sm,tcp (shared memory inside a node, TCP across, as accl).
 
 Needs root. Run from a built tree:
     PYTHONPATH=python .venv/bin/python perf/multinode.py [-J out.json]
@@ -76,31 +76,15 @@ def run_direct(net: netns.Net, k: int, lib: str, sweep: list[str], out: str, log
 
 def run_mpi(net: netns.Net, k: int, sweep: list[str], out: str, log, tmp: str,
             timeout: float) -> None:
-    """One mpirun in node 0's namespace; its daemons reach the other nodes via `ip netns exec`.
-    Each runs under its own UTS namespace named after its node, so Open MPI sees distinct hosts
-    (the namespaces share the machine's host name otherwise)."""
-    agent = os.path.join(tmp, "netns-agent")
-    with open(agent, "w") as f:
-        f.write("#!/bin/sh\n# plm_ssh_agent: $1 is the host, the rest the command\nh=$1; shift\n"
-                'case "$h" in\n'
-                + "".join(f"{h}|{ip}) ns={ns} ;;\n"
-                          for h, ip, ns in zip(net.hosts, net.ip, net.ns))
-                + '*) echo "netns-agent: unknown host $h" >&2; exit 1 ;;\nesac\n'
-                'exec ip netns exec "$ns" unshare --uts sh -c "hostname $h; $*"\n')
-    os.chmod(agent, 0o755)
-    hostfile = os.path.join(tmp, "hostfile")
-    with open(hostfile, "w") as f:
-        f.writelines(f"{h} slots={k}\n" for h in net.hosts)
+    """One mpirun in node 0's namespace (netns.Net.mpirun), shared memory inside a node and TCP
+    across, as accl."""
     mpirun = perf_compare._mpirun() or "mpirun"
-    n = len(net.ns) * k
-    cmd = [mpirun, "-n", str(n), "--hostfile", hostfile, "--allow-run-as-root",
-           "--prtemca", "plm_ssh_agent", agent, "--prtemca", "oob_tcp_if_include", net.subnet,
-           "--mca", "pml", "ob1", "--mca", "btl", "self,sm,tcp",
-           "--mca", "btl_tcp_if_include", net.subnet, "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
-           "-x", "PATH", sys.executable, "-m", "accl.perf", *sweep, "--library", "mpi", "-J", out]
-    inner = " ".join(f"'{a}'" for a in cmd)
-    full = [*net.exec(0), "unshare", "--uts", "sh", "-c", f"hostname {net.hosts[0]}; exec {inner}"]
-    proc = subprocess.Popen(full, env=_env(net, 0, {}), stdout=log, stderr=subprocess.STDOUT)
+    cmd = net.mpirun(mpirun, k, tmp, [
+        "--mca", "pml", "ob1", "--mca", "btl", "self,sm,tcp",
+        "--mca", "mpi_yield_when_idle", "1",  # 4 ranks on 2 cores: spinning starves TCP
+        "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "-x", "PATH",
+        sys.executable, "-m", "accl.perf", *sweep, "--library", "mpi", "-J", out])
+    proc = subprocess.Popen(cmd, env=_env(net, 0, {}), stdout=log, stderr=subprocess.STDOUT)
     _wait([proc], timeout, "mpi")
 
 
@@ -222,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         wrong = sum((r[m] or {}).get("wrong") or 0 for r in rows for m in ("out_of_place",
                                                                           "in_place"))
         print(f"# wrong elements: {wrong}\n")
-        result["rates"][rate] = {"optimum_busbw": opt, "tcp_probe": probes, "rows": rows, "medians": med,
-                                 "wrong": wrong}
+        result["rates"][rate] = {"optimum_busbw": opt, "tcp_probe": probes, "rows": rows,
+                                 "medians": med, "wrong": wrong}
     if args.json_path:
         with open(args.json_path, "w") as f:
             json.dump(result, f, indent=1)

@@ -14,6 +14,7 @@ Used by tests/python/test_multinode.py and perf/multinode.py; not part of the pu
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import uuid
@@ -103,6 +104,33 @@ class Net:
     def exec(self, i: int) -> list[str]:
         """The command prefix that runs a program on node i."""
         return ["ip", "netns", "exec", self.ns[i]]
+
+    def mpirun(self, mpirun: str, k: int, workdir: str, args: list[str]) -> list[str]:
+        """A command that runs Open MPI's `mpirun -n <nodes·k> ... args` from node 0 with k slots
+        per node. mpirun reaches the other nodes through an "ssh" agent (plm_ssh_agent) that is
+        `ip netns exec`; mpirun and each node's daemon run in a UTS namespace of their own named
+        after the node, so Open MPI (and accl's host identity) see distinct hosts, which they
+        would not otherwise: namespaces share the machine's host name. Out-of-band and TCP
+        traffic stay on the nodes' subnet."""
+        agent = os.path.join(workdir, "netns-agent")
+        with open(agent, "w") as f:
+            f.write("#!/bin/sh\n# plm_ssh_agent: $1 is the host, the rest the command\n"
+                    'h=$1; shift\ncase "$h" in\n'
+                    + "".join(f"{h}|{ip}) ns={ns} ;;\n"
+                              for h, ip, ns in zip(self.hosts, self.ip, self.ns))
+                    + '*) echo "netns-agent: unknown host $h" >&2; exit 1 ;;\nesac\n'
+                    'exec ip netns exec "$ns" unshare --uts sh -c "hostname $h; $*"\n')
+        os.chmod(agent, 0o755)
+        hostfile = os.path.join(workdir, "hostfile")
+        with open(hostfile, "w") as f:
+            f.writelines(f"{h} slots={k}\n" for h in self.hosts)
+        cmd = [mpirun, "-n", str(len(self.ns) * k), "--hostfile", hostfile,
+               "--allow-run-as-root", "--prtemca", "plm_ssh_agent", agent,
+               "--prtemca", "oob_tcp_if_include", self.subnet,
+               "--mca", "btl_tcp_if_include", self.subnet, *args]
+        inner = " ".join(shlex.quote(a) for a in cmd)
+        return [*self.exec(0), "unshare", "--uts", "sh", "-c",
+                f"hostname {self.hosts[0]}; exec {inner}"]
 
     def link(self, i: int, up: bool) -> None:
         sh("ip", "link", "set", self.dev[i], "up" if up else "down", ns=self.ns[i])

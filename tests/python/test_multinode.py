@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -144,4 +145,47 @@ def test_torchrun_three_namespaces_then_cut_link(net3, tmp_path):
         assert named, f"rank {r}'s error names none of the unreachable ranks {sorted(others)}: " \
                       f"{cut['message']}"
     assert elapsed < cut_timeout + 30
+    assert not (shm_segments() - before), "shared memory left behind"
+
+
+def _mpi_missing() -> str | None:
+    from accl import perf_compare
+
+    why = perf_compare.unavailable("mpi")
+    if why is None and not shutil.which("unshare"):
+        why = "unshare (util-linux) is not installed"
+    return why
+
+
+def test_mpirun_two_namespaces(tmp_path):
+    """Every collective over 2 namespaces x 2 ranks under one mpirun (its daemons reach the
+    other namespace through `ip netns exec`); no ACCL_HOSTID: each namespace's host name tells
+    the nodes apart."""
+    why = _mpi_missing()
+    if why:
+        pytest.skip(f"cannot run Open MPI: {why}")
+    from accl import perf_compare
+
+    out = str(tmp_path)
+    before = shm_segments()
+    with netns.Net(2) as net:
+        env = dict(os.environ, ACCL_MN_OUT=out, ACCL_MN_PHASES="check", OMP_NUM_THREADS="1",
+                   PYTHONPATH=PYTHON_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        for var in ("ACCL_HOSTID", "ACCL_SOCKET_IFNAME", "ACCL_COMM_ID", "ACCL_ALGO"):
+            env.pop(var, None)
+        cmd = net.mpirun(perf_compare._mpirun() or "mpirun", RANKS_PER_NODE, out, [
+            "--mca", "pml", "ob1", "--mca", "btl", "self,sm,tcp", "--mca",
+            "mpi_yield_when_idle", "1", "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "-x",
+            "ACCL_MN_OUT", "-x", "ACCL_MN_PHASES", sys.executable, WORKER])
+        with open(os.path.join(out, "torchrun0.log"), "w") as log:  # _logs() shows it
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+            code = _stop([proc], 240)[0]
+    nranks = 2 * RANKS_PER_NODE
+    assert code == 0, f"mpirun exited with {code}\n{_logs(out)}"
+    reports = [json.load(open(os.path.join(out, f"rank{r}.json"))) for r in range(nranks)]
+    for rep in reports:
+        assert not rep.get("failure"), rep["failure"]
+        assert rep["phases"]["check"] > 90, rep  # 95 checks at 4 ranks
+    assert [rep["hostname"] for rep in reports] == [f"node{r // RANKS_PER_NODE}"
+                                                     for r in range(nranks)]
     assert not (shm_segments() - before), "shared memory left behind"
