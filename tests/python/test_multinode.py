@@ -4,7 +4,9 @@ perf/multinode.py), with netem adding latency where the kernel has it. Each
 namespace runs 2 ranks under its own torchrun (--nnodes/--node-rank/--rdzv-endpoint) and its
 own ACCL_HOSTID, so ranks share memory inside a namespace and use TCP across. The ranks check
 every collective against numpy (multinode_worker.py); then one namespace's link is cut and every
-rank must fail within the timeout with an error naming ranks on the other side.
+rank must fail within the timeout with an error naming ranks on the other side. Then the same
+checks under one mpirun across 2 namespaces (host names, not ACCL_HOSTID, tell the nodes apart),
+and examples/ddp.py (DDP on accl, then gloo, compared) under torchrun across 2 namespaces.
 
 Needs root and `ip netns`; skipped otherwise.
 """
@@ -26,6 +28,7 @@ from accl import _netns as netns
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "multinode_worker.py")
+DDP_EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "ddp.py")
 RANKS_PER_NODE = 2
 
 _WHY_NOT = netns.unusable()
@@ -41,8 +44,8 @@ def net3():
         net.close()
 
 
-def _launch_torchrun(net: netns.Net, out: str, phases: str,
-                     cut_timeout: float) -> list[subprocess.Popen]:
+def _launch_torchrun(net: netns.Net, out: str, phases: str, cut_timeout: float,
+                     script: tuple[str, ...] = (WORKER,)) -> list[subprocess.Popen]:
     port = 20000 + int(uuid.uuid4().hex[:4], 16) % 10000
     procs = []
     for i, ns in enumerate(net.ns):
@@ -54,6 +57,7 @@ def _launch_torchrun(net: netns.Net, out: str, phases: str,
             ACCL_MN_PHASES=phases,
             ACCL_MN_CUT_TIMEOUT=str(cut_timeout),
             OMP_NUM_THREADS="1",
+            GLOO_SOCKET_IFNAME=net.dev[i],  # the host name resolves to nothing here
         )
         for var in ("ACCL_SOCKET_IFNAME", "ACCL_SOCKET_FAMILY", "ACCL_COMM_ID", "ACCL_ALGO"):
             env.pop(var, None)  # the defaults must find the namespace's own interface
@@ -61,7 +65,7 @@ def _launch_torchrun(net: netns.Net, out: str, phases: str,
                f"--nnodes={len(net.ns)}", f"--node-rank={i}",
                f"--nproc-per-node={RANKS_PER_NODE}", "--rdzv-backend=static",
                f"--rdzv-endpoint={net.ip[0]}:{port}", f"--master-addr={net.ip[0]}",
-               f"--master-port={port}", WORKER]
+               f"--master-port={port}", *script]
         log = open(os.path.join(out, f"torchrun{i}.log"), "w")
         procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
     return procs
@@ -189,3 +193,14 @@ def test_mpirun_two_namespaces(tmp_path):
     assert [rep["hostname"] for rep in reports] == [f"node{r // RANKS_PER_NODE}"
                                                      for r in range(nranks)]
     assert not (shm_segments() - before), "shared memory left behind"
+
+
+def test_ddp_example_two_namespaces(tmp_path):
+    """examples/ddp.py (DDP on accl, then on gloo, compared) over 2 namespaces x 2 ranks."""
+    pytest.importorskip("torch")
+    out = str(tmp_path)
+    with netns.Net(2) as net:
+        procs = _launch_torchrun(net, out, "", 0, (DDP_EXAMPLE, "--compare", "gloo"))
+        codes = _stop(procs, 180)
+    assert codes == [0, 0], f"torchrun exit codes {codes}\n{_logs(out)}"
+    assert "max |accl - gloo|" in open(os.path.join(out, "torchrun0.log")).read(), _logs(out)
