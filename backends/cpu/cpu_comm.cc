@@ -41,9 +41,10 @@ Forced parseAlgo() {
       if (ch != '_' && ch != ' ') lower += static_cast<char>(tolower(ch));
     if (lower == "allreduce:ring") f.allReduce = allReduceRing;
     else if (lower == "allreduce:hier") f.allReduce = allReduceHier;
+    else if (lower == "allreduce:hierring") f.allReduce = allReduceHierRing;
     else
       ACCL_THROW(acclInvalidArgument, "ACCL_ALGO=%s: unknown item '%s' (known: allreduce:ring, "
-                 "allreduce:hier)", spec.c_str(), item.c_str());
+                 "allreduce:hier, allreduce:hierring)", spec.c_str(), item.c_str());
   }
   return f;
 }

@@ -77,7 +77,29 @@ bool progress(P2pOp& op) {
   return op.comm->net()->progress(op.net);
 }
 
+// One pass over `ops`: moves what moves without waiting, keeping each channel's order.
+bool progressAll(std::vector<P2pOp>& ops, bool* pending, bool* shmPending) {
+  bool moved = false;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    P2pOp& op = ops[i];
+    if (op.finished()) continue;
+    *pending = true;
+    bool blocked = false;
+    for (size_t j = 0; j < i && !blocked; ++j)
+      blocked = !ops[j].finished() && ops[j].comm == op.comm && ops[j].send == op.send &&
+                ops[j].peer == op.peer;
+    *shmPending |= op.local >= 0;
+    if (!blocked) moved |= progress(op);
+  }
+  return moved;
+}
+
 }  // namespace
+
+void kickP2p(std::vector<P2pOp>& ops) {
+  bool pending = false, shmPending = false;
+  progressAll(ops, &pending, &shmPending);
+}
 
 void addP2p(std::vector<P2pOp>& ops, CpuComm& c, bool send, int peer, const void* buf,
             size_t bytes, bool internal) {
@@ -139,59 +161,42 @@ void runP2p(std::vector<P2pOp>& ops) {
   auto lastMove = std::chrono::steady_clock::now();
   ShmComm* noted = nullptr;  // the node's peers were told what this rank waits for
   std::vector<pollfd> fds;
-  auto clearNote = [&] {
-    if (noted) noted->setNote("");
-    noted = nullptr;
-  };
-  try {
-    for (;;) {
-      bool moved = false, pending = false, shmPending = false;
-      for (size_t i = 0; i < ops.size(); ++i) {
-        P2pOp& op = ops[i];
-        if (op.finished()) continue;
-        pending = true;
-        bool blocked = false;
-        for (size_t j = 0; j < i && !blocked; ++j)
-          blocked = !ops[j].finished() && ops[j].comm == op.comm && ops[j].send == op.send &&
-                    ops[j].peer == op.peer;
-        shmPending |= op.local >= 0;
-        if (!blocked) moved |= progress(op);
-      }
-      if (!pending) break;
-      if (moved) {
-        wait = Backoff(timeout, spinNs, checkAbort);  // the timeout bounds a wait without progress
-        lastMove = std::chrono::steady_clock::now();
-        continue;
-      }
-      if (shmPending) {
-        wait.pause(pendingText);
-        continue;
-      }
-      fds.clear();
-      for (auto& op : ops)
-        if (!op.finished()) op.comm->net()->pollEvents(op.net, &fds);
-      double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - lastMove).count();
-      if (waited > timeout)
-        ACCL_THROW(acclTimeout, "timed out after %.1f s %s", timeout, pendingText().c_str());
-      checkAbort();
-      if (!noted && waited > 0.05) {
-        for (auto& op : ops)
-          if (!op.finished() && !op.comm->singleNode()) {
-            noted = &op.comm->shm();
-            noted->setNote(pendingText());
-            break;
-          }
-      }
-      int ms = static_cast<int>(std::min(50.0, (timeout - waited) * 1000 + 1));
-      int rc = poll(fds.data(), fds.size(), ms);
-      if (rc < 0 && errno != EINTR) ACCL_SYSCHECK(rc, "poll", "");
+  for (;;) {
+    bool pending = false, shmPending = false;
+    bool moved = progressAll(ops, &pending, &shmPending);
+    if (!pending) break;
+    if (moved) {
+      wait = Backoff(timeout, spinNs, checkAbort);  // the timeout bounds a wait without progress
+      lastMove = std::chrono::steady_clock::now();
+      continue;
     }
-  } catch (...) {
-    clearNote();
-    throw;
+    if (shmPending) {
+      wait.pause(pendingText);
+      continue;
+    }
+    fds.clear();
+    for (auto& op : ops)
+      if (!op.finished()) op.comm->net()->pollEvents(op.net, &fds);
+    double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - lastMove).count();
+    if (waited > timeout)
+      ACCL_THROW(acclTimeout, "timed out after %.1f s %s", timeout, pendingText().c_str());
+    checkAbort();
+    if (!noted && waited > 0.05) {
+      for (auto& op : ops)
+        if (!op.finished() && !op.comm->singleNode()) {
+          noted = &op.comm->shm();
+          noted->setNote(pendingText());
+          break;
+        }
+    }
+    int ms = static_cast<int>(std::min(50.0, (timeout - waited) * 1000 + 1));
+    int rc = poll(fds.data(), fds.size(), ms);
+    if (rc < 0 && errno != EINTR) ACCL_SYSCHECK(rc, "poll", "");
   }
-  clearNote();
+  // On an error the note stays: the failure handler replaces it with the error (ShmComm::fail);
+  // cleared first, a local peer timing out in between would name no one on the far side.
+  if (noted) noted->setNote("");
 }
 
 }  // namespace cpu

@@ -37,6 +37,9 @@ void addP2p(std::vector<P2pOp>& ops, CpuComm& c, bool send, int peer, const void
 // peer) in the order given. Throws acclTimeout when none moves for the communicator's timeout,
 // acclRemoteError when a peer is gone or aborted.
 void runP2p(std::vector<P2pOp>& ops);
+// Moves what moves of `ops` now, without waiting (the kernel carries on with what it was given
+// while the caller does other work); runP2p completes them later.
+void kickP2p(std::vector<P2pOp>& ops);
 
 }  // namespace cpu
 }  // namespace accl

@@ -166,6 +166,9 @@ TEST_CASE(multichunk) {
     runAllReduce(c, acclBfloat16, acclMax, 600011, true);
     runAllReduce(c, acclFloat64, acclProd, 150001, false);
     runAllReduce(c, acclFloat16, acclAvg, 600011, false);
+    // Across nodes: several chunks of the pipelined hierarchical all-reduce, the last one short.
+    runAllReduce(c, acclFloat32, acclSum, 2600003, true);  // 3 chunks
+    runAllReduce(c, acclFloat64, acclAvg, 700001, false);
     runBroadcast(c, acclFloat32, big, n - 1, false, 11);
     runBroadcast(c, acclInt8, (size_t(1) << 20) + 3, n / 2, true, 12);
     runReduce(c, acclInt32, acclSum, big, 1 % n, false);

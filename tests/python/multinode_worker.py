@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 import traceback
@@ -112,7 +113,8 @@ def _finish_sub(world: accl.Communicator, uid: np.ndarray, timeout: float) -> ac
 
 
 def main() -> int:
-    report: dict = {"host": os.environ.get("ACCL_HOSTID"), "phases": {}}
+    report: dict = {"host": os.environ.get("ACCL_HOSTID"), "hostname": socket.gethostname(),
+                    "phases": {}}
     rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "-1")))
     try:
         world = accl.init(timeout=90)

@@ -1,9 +1,12 @@
 """Several "hosts" on this machine: network namespaces joined by veth pairs through a bridge (in
-a namespace of its own, so the host's network is untouched), with netem adding latency. Each
+a namespace of its own, so the host's network is untouched; accl._netns, shared with
+perf/multinode.py), with netem adding latency where the kernel has it. Each
 namespace runs 2 ranks under its own torchrun (--nnodes/--node-rank/--rdzv-endpoint) and its
 own ACCL_HOSTID, so ranks share memory inside a namespace and use TCP across. The ranks check
 every collective against numpy (multinode_worker.py); then one namespace's link is cut and every
-rank must fail within the timeout with an error naming ranks on the other side.
+rank must fail within the timeout with an error naming ranks on the other side. Then the same
+checks under one mpirun across 2 namespaces (host names, not ACCL_HOSTID, tell the nodes apart),
+and examples/ddp.py (DDP on accl, then gloo, compared) under torchrun across 2 namespaces.
 
 Needs root and `ip netns`; skipped otherwise.
 """
@@ -21,92 +24,28 @@ import uuid
 import pytest
 
 from accl_testing import PYTHON_DIR, shm_segments
+from accl import _netns as netns
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "multinode_worker.py")
+DDP_EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "ddp.py")
 RANKS_PER_NODE = 2
 
-
-def _netns_usable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root to create network namespaces"
-    if not shutil.which("ip"):
-        return "the ip tool (iproute2) is not installed"
-    name = f"acclprobe{uuid.uuid4().hex[:6]}"
-    r = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
-    if r.returncode != 0:
-        return f"cannot create a network namespace: {r.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", name], capture_output=True)
-    return None
-
-
-_WHY_NOT = _netns_usable()
+_WHY_NOT = netns.unusable()
 pytestmark = pytest.mark.skipif(_WHY_NOT is not None, reason=str(_WHY_NOT))
-
-
-def sh(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = (["ip", "netns", "exec", ns] if ns else []) + list(args)
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
-    return r
-
-
-class Net:
-    """`nodes` namespaces 10.<b>.<c>.<i+1>/24 on veth v<tag><i>a, bridged in a hub namespace."""
-
-    def __init__(self, nodes: int, delay_ms: float = 1.0):
-        self.tag = uuid.uuid4().hex[:5]  # interface names stay under 15 characters
-        self.hub = f"accl-{self.tag}-hub"
-        self.ns = [f"accl-{self.tag}-n{i}" for i in range(nodes)]
-        self.dev = [f"v{self.tag}{i}a" for i in range(nodes)]
-        b = int(self.tag[:2], 16) % 200 + 20
-        c = int(self.tag[2:4], 16)
-        self.ip = [f"10.{b}.{c}.{i + 1}" for i in range(nodes)]
-        self.netem = False
-        try:
-            sh("ip", "netns", "add", self.hub)
-            sh("ip", "link", "add", "br0", "type", "bridge", ns=self.hub)
-            sh("ip", "link", "set", "br0", "up", ns=self.hub)
-            for i, ns in enumerate(self.ns):
-                sh("ip", "netns", "add", ns)
-                peer = f"v{self.tag}{i}b"
-                sh("ip", "link", "add", self.dev[i], "netns", ns, "type", "veth", "peer", "name",
-                   peer, "netns", self.hub)
-                sh("ip", "link", "set", peer, "master", "br0", ns=self.hub)
-                sh("ip", "link", "set", peer, "up", ns=self.hub)
-                sh("ip", "addr", "add", f"{self.ip[i]}/24", "dev", self.dev[i], ns=ns)
-                sh("ip", "link", "set", self.dev[i], "up", ns=ns)
-                sh("ip", "link", "set", "lo", "up", ns=ns)
-                # Latency where the kernel has netem (sch_netem); without it the hop is
-                # still a real one, through two veth pairs and a bridge.
-                if delay_ms and shutil.which("tc"):
-                    r = sh("tc", "qdisc", "add", "dev", self.dev[i], "root", "netem", "delay",
-                           f"{delay_ms}ms", ns=ns, check=False)
-                    self.netem = r.returncode == 0
-        except BaseException:
-            self.close()
-            raise
-
-    def link(self, i: int, up: bool) -> None:
-        sh("ip", "link", "set", self.dev[i], "up" if up else "down", ns=self.ns[i])
-
-    def close(self) -> None:
-        # Deleting a namespace deletes its veth ends; the peers go with them.
-        for ns in self.ns + [self.hub]:
-            sh("ip", "netns", "del", ns, check=False)
 
 
 @pytest.fixture
 def net3():
-    net = Net(3)
+    net = netns.Net(3, delay_ms=1.0)
     try:
         yield net
     finally:
         net.close()
 
 
-def _launch_torchrun(net: Net, out: str, phases: str, cut_timeout: float) -> list[subprocess.Popen]:
+def _launch_torchrun(net: netns.Net, out: str, phases: str, cut_timeout: float,
+                     script: tuple[str, ...] = (WORKER,)) -> list[subprocess.Popen]:
     port = 20000 + int(uuid.uuid4().hex[:4], 16) % 10000
     procs = []
     for i, ns in enumerate(net.ns):
@@ -118,6 +57,7 @@ def _launch_torchrun(net: Net, out: str, phases: str, cut_timeout: float) -> lis
             ACCL_MN_PHASES=phases,
             ACCL_MN_CUT_TIMEOUT=str(cut_timeout),
             OMP_NUM_THREADS="1",
+            GLOO_SOCKET_IFNAME=net.dev[i],  # the host name resolves to nothing here
         )
         for var in ("ACCL_SOCKET_IFNAME", "ACCL_SOCKET_FAMILY", "ACCL_COMM_ID", "ACCL_ALGO"):
             env.pop(var, None)  # the defaults must find the namespace's own interface
@@ -125,7 +65,7 @@ def _launch_torchrun(net: Net, out: str, phases: str, cut_timeout: float) -> lis
                f"--nnodes={len(net.ns)}", f"--node-rank={i}",
                f"--nproc-per-node={RANKS_PER_NODE}", "--rdzv-backend=static",
                f"--rdzv-endpoint={net.ip[0]}:{port}", f"--master-addr={net.ip[0]}",
-               f"--master-port={port}", WORKER]
+               f"--master-port={port}", *script]
         log = open(os.path.join(out, f"torchrun{i}.log"), "w")
         procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
     return procs
@@ -210,3 +150,57 @@ def test_torchrun_three_namespaces_then_cut_link(net3, tmp_path):
                       f"{cut['message']}"
     assert elapsed < cut_timeout + 30
     assert not (shm_segments() - before), "shared memory left behind"
+
+
+def _mpi_missing() -> str | None:
+    from accl import perf_compare
+
+    why = perf_compare.unavailable("mpi")
+    if why is None and not shutil.which("unshare"):
+        why = "unshare (util-linux) is not installed"
+    return why
+
+
+def test_mpirun_two_namespaces(tmp_path):
+    """Every collective over 2 namespaces x 2 ranks under one mpirun (its daemons reach the
+    other namespace through `ip netns exec`); no ACCL_HOSTID: each namespace's host name tells
+    the nodes apart."""
+    why = _mpi_missing()
+    if why:
+        pytest.skip(f"cannot run Open MPI: {why}")
+    from accl import perf_compare
+
+    out = str(tmp_path)
+    before = shm_segments()
+    with netns.Net(2) as net:
+        env = dict(os.environ, ACCL_MN_OUT=out, ACCL_MN_PHASES="check", OMP_NUM_THREADS="1",
+                   PYTHONPATH=PYTHON_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        for var in ("ACCL_HOSTID", "ACCL_SOCKET_IFNAME", "ACCL_COMM_ID", "ACCL_ALGO"):
+            env.pop(var, None)
+        cmd = net.mpirun(perf_compare._mpirun() or "mpirun", RANKS_PER_NODE, out, [
+            "--mca", "pml", "ob1", "--mca", "btl", "self,sm,tcp", "--mca",
+            "mpi_yield_when_idle", "1", "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "-x",
+            "ACCL_MN_OUT", "-x", "ACCL_MN_PHASES", sys.executable, WORKER])
+        with open(os.path.join(out, "torchrun0.log"), "w") as log:  # _logs() shows it
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+            code = _stop([proc], 240)[0]
+    nranks = 2 * RANKS_PER_NODE
+    assert code == 0, f"mpirun exited with {code}\n{_logs(out)}"
+    reports = [json.load(open(os.path.join(out, f"rank{r}.json"))) for r in range(nranks)]
+    for rep in reports:
+        assert not rep.get("failure"), rep["failure"]
+        assert rep["phases"]["check"] > 90, rep  # 95 checks at 4 ranks
+    assert [rep["hostname"] for rep in reports] == [f"node{r // RANKS_PER_NODE}"
+                                                     for r in range(nranks)]
+    assert not (shm_segments() - before), "shared memory left behind"
+
+
+def test_ddp_example_two_namespaces(tmp_path):
+    """examples/ddp.py (DDP on accl, then on gloo, compared) over 2 namespaces x 2 ranks."""
+    pytest.importorskip("torch")
+    out = str(tmp_path)
+    with netns.Net(2) as net:
+        procs = _launch_torchrun(net, out, "", 0, (DDP_EXAMPLE, "--compare", "gloo"))
+        codes = _stop(procs, 180)
+    assert codes == [0, 0], f"torchrun exit codes {codes}\n{_logs(out)}"
+    assert "max |accl - gloo|" in open(os.path.join(out, "torchrun0.log")).read(), _logs(out)

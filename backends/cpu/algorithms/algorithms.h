@@ -44,10 +44,13 @@ void allReduceAuto(ShmComm& c, const CollArgs& a);
 void allGatherAuto(ShmComm& c, const CollArgs& a);
 void broadcastAuto(ShmComm& c, const CollArgs& a);
 
-// Across nodes. hier: reduce inside each node, all-reduce among node leaders over TCP (direct
-// when small, ring when large), broadcast inside each node. ring: one flat ring over all ranks
+// Across nodes. hier: reduce inside each node, all-reduce among node leaders over TCP, broadcast
+// inside each node; large messages on up to 16 nodes pipelined in chunks (leaders: direct
+// reduce-scatter and all-gather per chunk), else hierring. hierring: the three phases in turn,
+// the leaders' phase direct when small, a ring when large. ring: one flat ring over all ranks
 // (reduce-scatter then all-gather), shared memory between neighbours on a node, TCP otherwise.
 void allReduceHier(CpuComm& c, const CollArgs& a);
+void allReduceHierRing(CpuComm& c, const CollArgs& a);
 void allReduceRing(CpuComm& c, const CollArgs& a);
 void broadcastHier(CpuComm& c, const CollArgs& a);
 void reduceHier(CpuComm& c, const CollArgs& a);
