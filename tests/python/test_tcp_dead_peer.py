@@ -1,6 +1,7 @@
 """kill -9 of a rank in the middle of a collective on a communicator that spans two "nodes"
 (ACCL_HOSTID per rank: TCP between them over loopback): every survivor, on either node, fails
-within 5 s with RemoteError naming the dead rank and its host, with the default timeout.
+within 5 s with RemoteError naming the dead rank and its host, with the default timeout; the
+dead job leaves no shared memory behind, and a new job then runs normally.
 Ranks are started directly: a launcher would stop the survivors as soon as one rank dies."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 
 import pytest
 
-from accl_testing import clean_env
+from accl_testing import clean_env, shm_segments
 
 NRANKS = 4
 HOSTS = ["node-a", "node-a", "node-b", "node-b"]  # ranks 0, 2 lead their nodes
@@ -38,12 +39,14 @@ def worker() -> int:
         print(f"ERROR {type(e).__name__} {time.monotonic() - start:.2f} {e}", flush=True)
         comm.abort()
         return 0
-    print("no error", flush=True)
-    return 1
+    if victim >= 0:
+        print("no error", flush=True)
+        return 1
+    comm.destroy()
+    return 0
 
 
-@pytest.mark.parametrize("victim", [1, 2, 3])
-def test_dead_peer_across_nodes_is_named_within_5_seconds(victim):
+def run_job(victim: int) -> tuple[list[subprocess.Popen], list[str]]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -58,6 +61,13 @@ def test_dead_peer_across_nodes_is_named_within_5_seconds(victim):
     finally:
         for p in procs:
             p.kill()
+    return procs, outs
+
+
+@pytest.mark.parametrize("victim", [1, 2, 3])
+def test_dead_peer_across_nodes_is_named_within_5_seconds(victim):
+    before = shm_segments()
+    procs, outs = run_job(victim)
     assert procs[victim].returncode == -9, outs[victim]
     for r in range(NRANKS):
         if r == victim:
@@ -69,6 +79,9 @@ def test_dead_peer_across_nodes_is_named_within_5_seconds(victim):
         assert float(secs) < 5.0, f"rank {r}: {line}"
         # The host as the machine names itself (all "nodes" here are one machine).
         assert f"rank {victim}" in msg and socket.gethostname() in msg, f"rank {r}: {line}"
+    assert shm_segments() <= before, f"left behind: {shm_segments() - before}"
+    procs, outs = run_job(-1)  # the next job, on the same ports range and /dev/shm
+    assert [p.returncode for p in procs] == [0] * NRANKS, outs
 
 
 if __name__ == "__main__":
