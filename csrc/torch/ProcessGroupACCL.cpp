@@ -804,70 +804,61 @@ class ProcessGroupACCL : public c10d::Backend {
     return enqueue(OpType::BARRIER, {}, {job});
   }
 
-  // As gloo's: every other rank sends to rank 0 and waits for its answer; rank 0 waits for them
-  // under opts.timeout (the group's when unset) and names the ranks that did not arrive, the
-  // first one or (waitAllRanks) all. Only rank 0 uses the shorter timeout, so that it is the
-  // one to report. Always on the cpu communicator, in program order.
+  // As gloo's, from the calling thread (not queued behind other ops: it is for finding ranks
+  // that hang): every other rank reports to rank 0 and waits for its verdict; rank 0 waits for
+  // them under opts.timeout (the group's when unset), names the ranks that did not come (the
+  // first one, or all with waitAllRanks) and gives the verdict, so that the ranks that came fail
+  // at once too. The exchange goes through the group's c10d store, not the communicator, so a
+  // failed monitored barrier leaves the group usable.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override {
+    TORCH_CHECK(store_, "accl monitoredBarrier: this group was made by split_group and has no ",
+                "store; use a group made by new_group");
     int size = getSize(), rank = getRank();
-    bool unset = opts.timeout == c10d::kUnsetTimeout;
-    int64_t ms = unset ? int64_t(timeout_.load() * 1000) : int64_t(opts.timeout.count());
-    if (rank == 0 && ms <= 0 && !waitAllRanks && size > 1)
-      fail("accl: Rank 0 timed out in monitoredBarrier after " + std::to_string(ms) + " ms");
-    Job job{[=](const Ctx& c) {
-              std::vector<int32_t> got(size, -1);
-              got[0] = 0;
-              if (rank != 0) {
-                int32_t me = rank, ack = -1;
-                acclResult_t r = p2pGroup([&] {
-                  check(acclSend(&me, 1, acclInt32, 0, c.comm, nullptr), "acclSend");
-                  check(acclRecv(&ack, 1, acclInt32, 0, c.comm, nullptr), "acclRecv");
-                });
-                if (r != acclSuccess)
-                  fail("accl: Rank " + std::to_string(rank) + " successfully reached "
-                       "monitoredBarrier, but received errors while waiting for send/recv from "
-                       "rank 0. Please check rank 0 logs for faulty rank. (" +
-                       acclGetLastError(nullptr) + ")");
-                return;
-              }
-              double old = 0;
-              check(acclCommGetTimeout(c.comm, &old), "acclCommGetTimeout");
-              check(acclCommSetTimeout(c.comm, std::max(ms, int64_t(1)) / 1000.0),
-                    "acclCommSetTimeout");
-              acclResult_t r = p2pGroup([&] {
-                for (int p = 1; p < size; ++p)
-                  check(acclRecv(&got[p], 1, acclInt32, p, c.comm, nullptr), "acclRecv");
-              });
-              if (r == acclSuccess)  // all arrived: let them go
-                r = p2pGroup([&] {
-                  for (int p = 1; p < size; ++p)
-                    check(acclSend(&got[p], 1, acclInt32, p, c.comm, nullptr), "acclSend");
-                });
-              std::string why = r == acclSuccess ? "" : acclGetLastError(nullptr);
-              acclCommSetTimeout(c.comm, old);  // fails (harmlessly) on a broken communicator
-              if (r == acclSuccess) return;
-              // A rank whose message arrived wrote its number into its slot.
-              std::string missing;
-              int count = 0;
-              for (int p = 1; p < size; ++p)
-                if (got[p] != p && (waitAllRanks || count == 0))
-                  missing += (count++ ? ", " : "") + std::to_string(p);
-              if (!count) fail("accl: monitoredBarrier failed: " + why);
-              fail("accl: [Rank 0]: " + std::string(count > 1 ? "Ranks " : "Rank ") + missing +
-                   " failed to pass monitoredBarrier in " + std::to_string(ms) + " ms (" + why +
-                   ")");
-            },
-            nullptr};
-    auto work = c10::make_intrusive<WorkACCL>(rank, OpType::BARRIER, 0, std::vector<Tensors>{});
-    push(Entry{{job}, {work}});
-    if (Py_IsInitialized() && PyGILState_Check()) {
-      pybind11::gil_scoped_release nogil;  // the worker may need the GIL (see close())
-      work->wait();
-    } else {
-      work->wait();
+    int64_t ms = opts.timeout == c10d::kUnsetTimeout ? int64_t(timeout_.load() * 1000)
+                                                     : int64_t(opts.timeout.count());
+    std::string base = "accl/monitored_barrier/" + std::to_string(++monitoredSeq_) + "/";
+    if (size == 1) return;
+    if (rank != 0) {
+      store_->set(base + std::to_string(rank), std::vector<uint8_t>{1});
+      std::string verdict = awaitKey(base + "verdict", timeout_.load(), "rank 0's verdict");
+      if (verdict != "ok")
+        fail("accl: Rank " + std::to_string(rank) + " successfully reached monitoredBarrier, "
+             "but received errors while waiting for send/recv from rank 0. Please check rank 0 "
+             "logs for faulty rank. (rank 0: " + verdict + ")");
+      return;
     }
+    std::vector<bool> came(size, false);
+    came[0] = true;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    std::string error;
+    if (ms <= 0 && !waitAllRanks) {
+      error = "Rank 0 timed out in monitoredBarrier after " + std::to_string(ms) + " ms";
+    } else {
+      for (int polls = 0;; ++polls) {
+        bool all = true;
+        for (int p = 1; p < size; ++p) {
+          if (!came[p]) came[p] = store_->check({base + std::to_string(p)});
+          all = all && came[p];
+        }
+        if (all || std::chrono::steady_clock::now() > deadline) break;
+        TORCH_CHECK(!aborted_, "accl monitoredBarrier: the process group was aborted");
+        backoff(polls);
+      }
+      std::string missing;
+      int count = 0;
+      for (int p = 1; p < size; ++p)
+        if (!came[p] && (waitAllRanks || count == 0))
+          missing += (count++ ? ", " : "") + std::to_string(p);
+      if (count)
+        error = "[Rank 0]: " + std::string(count > 1 ? "Ranks " : "Rank ") + missing +
+                " failed to pass monitoredBarrier in " + std::to_string(ms) + " ms";
+    }
+    std::string verdict = error.empty() ? "ok" : error;
+    store_->set(base + "verdict", std::vector<uint8_t>(verdict.begin(), verdict.end()));
+    for (int p = 1; p < size; ++p)
+      if (came[p]) store_->deleteKey(base + std::to_string(p));
+    if (!error.empty()) fail("accl: " + error);
   }
-
   void setSequenceNumberForGroup() override {}  // every rank starts at 0
   uint64_t getSequenceNumberForGroup() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -940,19 +931,25 @@ class ProcessGroupACCL : public c10d::Backend {
                 getRank(), ")");
   }
 
-  // Runs `calls` (accl sends and receives) as one accl group; returns acclGroupEnd's result, or
-  // the first error of the calls themselves. acclGetLastError() then says why.
-  static acclResult_t p2pGroup(const std::function<void()>& calls) {
-    check(acclGroupStart(), "acclGroupStart");
-    std::exception_ptr err;
-    try {
-      calls();
-    } catch (...) {
-      err = std::current_exception();
+  // Sleeps between polls of the store: 20 us, doubling up to 1 ms.
+  static void backoff(int polls) {
+    std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 20 << std::min(polls, 6))));
+  }
+
+  // The value of `key` in the group's store once it is there, polled so that abort() and the
+  // timeout end the wait.
+  std::string awaitKey(const std::string& key, double timeout, const char* what) {
+    auto start = std::chrono::steady_clock::now();
+    for (int polls = 0; !store_->check({key}); ++polls) {
+      TORCH_CHECK(!aborted_, "accl: the process group was aborted while waiting for ", what);
+      double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > timeout)
+        fail("accl: rank " + std::to_string(getRank()) + " timed out after " +
+             std::to_string(timeout) + " s waiting for " + what + " (the process group timeout)");
+      backoff(polls);
     }
-    acclResult_t r = acclGroupEnd();
-    if (err) std::rethrow_exception(err);
-    return r;
+    std::vector<uint8_t> v = store_->get(key);
+    return std::string(v.begin(), v.end());
   }
 
   // The store counter of messages `src` has sent to `dst` (any-source groups).
@@ -981,8 +978,7 @@ class ProcessGroupACCL : public c10d::Backend {
         fail("accl: recv from any source on rank " + std::to_string(rank) + ": no rank sent a "
              "message within the process group timeout (" + std::to_string(timeout_.load()) +
              " s)");
-      // Each poll is a store round trip per peer: back off to 1 ms.
-      std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 20 << std::min(polls, 6))));
+      backoff(polls);  // each poll is a store round trip per peer
     }
   }
 
@@ -1388,6 +1384,7 @@ class ProcessGroupACCL : public c10d::Backend {
   bool anySource_ = false;  // sends announce themselves (recvAnysource)
   std::map<int, int64_t> received_;  // the worker's: messages received from each rank (anySource_)
   int lastAnySource_ = 0;            // the worker's: the sender the last any-source recv took
+  std::atomic<uint64_t> monitoredSeq_{0};  // monitored barriers called: their store keys
   std::optional<c10::Device> accelDevice_;  // guarded by mu_: the device ops were enqueued for
   std::optional<Accel> accel_;              // the worker's
   std::atomic<acclComm_t> accelComm_{nullptr};  // accel_->comm, for abort() from any thread

@@ -433,7 +433,8 @@ def scenario_set_timeout() -> None:
 def scenario_monitored_barrier() -> None:
     """ProcessGroup.monitored_barrier(timeout, wait_all_ranks): passes when all come; names the
     ranks that do not (the first, or all), within its own timeout; the ranks that came hear
-    that rank 0 failed; a zero timeout on rank 0 fails at once. 3 ranks."""
+    at once that rank 0 failed; a zero timeout on rank 0 fails at once; the groups stay
+    usable. 3 ranks."""
     r = dist.get_rank()
     world = dist.group.WORLD
     world.monitored_barrier(timedelta(seconds=20))
@@ -454,11 +455,16 @@ def scenario_monitored_barrier() -> None:
         _raises(lambda: g2.monitored_barrier(timedelta(seconds=1)),
                 "Rank 2 failed to pass monitoredBarrier", "first missing rank")
     elif r == 1:
+        t0 = time.monotonic()
         _raises(lambda: g2.monitored_barrier(timedelta(seconds=1)), "Rank 1 successfully "
                 "reached monitoredBarrier, but received errors", "a rank that came")
-    x = torch.ones(2)
-    dist.all_reduce(x)  # the default group is unaffected
-    _eq(x, torch.full((2,), 3.0), "all_reduce after the failed monitored barriers")
+        took = time.monotonic() - t0
+        _check(took < 3.5, f"rank 1 heard of rank 0's failure after {took:.1f} s, not at once "
+               "(g2's timeout: 4 s)")
+    for g in (None, g1, g2):  # every group still works
+        x = torch.ones(2)
+        dist.all_reduce(x, group=g)
+        _eq(x, torch.full((2,), 3.0), "all_reduce after the failed monitored barriers")
 
 
 def scenario_any_source() -> None:
