@@ -34,6 +34,10 @@ class GlooRunner:
             import accl.distributed  # noqa: F401  (registers "accl")
 
             self.library, self.backend = f"torch-{backend}", backend
+        # One intra-op thread: the copy of the out-of-place form (all_reduce) is memory-bound,
+        # and torch's OpenMP workers, spinning for work, took the cores from the library's own
+        # threads: on 2 cores a 512 KiB copy_ then cost 20 ms instead of 0.1.
+        torch.set_num_threads(1)
         self.torch, self.dist = torch, dist
         dist.init_process_group(self.backend)
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
