@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <new>
@@ -570,6 +571,27 @@ acclResult_t acclCommGetAsyncError(acclComm_t comm, acclResult_t* asyncError) {
       std::lock_guard<std::mutex> lock(c.asyncMutex);
       setLastError(c.asyncMessage);
     }
+    return acclSuccess;
+  });
+}
+
+// The backends read args.timeout at each wait (backend.h), so a new value applies from the
+// next call; bootstrap calls read it too.
+acclResult_t acclCommSetTimeout(acclComm_t comm, double timeout) {
+  return api("acclCommSetTimeout", [&] {
+    ACCL_ARG_CHECK(timeout > 0 && std::isfinite(timeout),
+                   "the timeout must be a positive, finite number of seconds, got %g", timeout);
+    Entered e(comm);  // not while a non-blocking init (which writes args) runs
+    e.comm().args.timeout = timeout;
+    return acclSuccess;
+  });
+}
+
+acclResult_t acclCommGetTimeout(const acclComm_t comm, double* timeout) {
+  return api("acclCommGetTimeout", [&] {
+    ACCL_ARG_CHECK(timeout, "timeout is NULL");
+    Entered e(comm);
+    *timeout = e.comm().args.timeout;
     return acclSuccess;
   });
 }

@@ -127,6 +127,12 @@ class Comm {
     buf.resize(strlen(buf.c_str()));
     return buf;
   }
+  double timeout() const {
+    double t;
+    check(acclCommGetTimeout(comm_, &t));
+    return t;
+  }
+  void setTimeout(double t) { check(acclCommSetTimeout(comm_, t)); }
   int asyncError() const {
     acclResult_t e;
     check(acclCommGetAsyncError(comm_, &e));
@@ -224,6 +230,7 @@ PYBIND11_MODULE(_accl, m) {
       .def("finalize", &Comm::finalize, G())
       .def("destroy", &Comm::destroy, G())
       .def("abort", &Comm::abort, G())
+      .def_property("timeout", &Comm::timeout, &Comm::setTimeout)
       .def("async_error", &Comm::asyncError)
       .def("trace", &Comm::trace)
       .def("time_op", &Comm::timeOp, G());

@@ -69,7 +69,8 @@ void check(acclResult_t r, const char* call) {
   std::string msg = acclGetLastError(nullptr);  // names the call, its sequence number, the ranks
   if (msg.empty()) msg = std::string(call) + " failed";
   // Say which timeout it was, and where to set it.
-  if (r == acclTimeout) msg += " (the process group timeout of init_process_group/new_group)";
+  if (r == acclTimeout)
+    msg += " (the process group timeout of init_process_group/new_group, or set_timeout)";
   fail("accl: " + msg);
 }
 
@@ -283,6 +284,9 @@ class WorkACCL : public c10d::Work {
 
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   uint64_t getSequencenumber() const override { return seq_; }
+  // recvAnysource: the rank the message came from, once it has arrived (-1 before).
+  int sourceRank() const override { return source_ ? source_->load() : -1; }
+  void setSource(std::shared_ptr<std::atomic<int>> s) { source_ = std::move(s); }
   Tensors result() override { return outputs_.empty() ? Tensors() : outputs_[0]; }
 
   // Called once, on the worker thread. Future callbacks (DDP comm hooks) run here.
@@ -301,6 +305,7 @@ class WorkACCL : public c10d::Work {
 
  private:
   uint64_t seq_;
+  std::shared_ptr<std::atomic<int>> source_;
   std::vector<Tensors> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
@@ -311,9 +316,11 @@ class ProcessGroupACCL : public c10d::Backend {
  public:
   // `store` is the group's c10d store: the accelerator communicator's unique id travels
   // through it when the first accelerator tensor arrives.
+  // `anySource`: every send announces itself in the store, so that recvAnysource can work (see
+  // recvAnysource); all ranks of the group must pass the same value.
   ProcessGroupACCL(const std::string& uid, int rank, int size, double timeoutSeconds,
-                   c10::intrusive_ptr<c10d::Store> store)
-      : c10d::Backend(rank, size), store_(std::move(store)) {
+                   c10::intrusive_ptr<c10d::Store> store, bool anySource = false)
+      : c10d::Backend(rank, size), store_(std::move(store)), anySource_(anySource) {
     TORCH_CHECK(uid.size() == ACCL_UNIQUE_ID_BYTES, "accl: the unique id must be ",
                 ACCL_UNIQUE_ID_BYTES, " bytes, got ", uid.size());
     acclUniqueId id;
@@ -365,7 +372,7 @@ class ProcessGroupACCL : public c10d::Backend {
   // What ProcessGroup::splitGroup starts from when it is given no options.
   c10::intrusive_ptr<Options> getBackendOptions() override {
     return c10::make_intrusive<Options>(
-        "accl", std::chrono::milliseconds(int64_t(timeout_ * 1000)));
+        "accl", std::chrono::milliseconds(int64_t(timeout_.load() * 1000)));
   }
 
   // ProcessGroup.split_group: one acclCommSplit over this group, run on the worker thread in
@@ -378,7 +385,7 @@ class ProcessGroupACCL : public c10d::Backend {
     auto it = std::find(ranks.begin(), ranks.end(), getRank());
     bool member = it != ranks.end();
     int color = member ? *std::min_element(ranks.begin(), ranks.end()) : ACCL_SPLIT_NOCOLOR;
-    double timeout = opts ? opts->timeout.count() / 1000.0 : timeout_;
+    double timeout = opts ? opts->timeout.count() / 1000.0 : timeout_.load();
     auto made = std::make_shared<acclComm_t>(nullptr);
     Job job{[=, this](const Ctx& c) {
               acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
@@ -399,10 +406,23 @@ class ProcessGroupACCL : public c10d::Backend {
     return create(*made, int(it - ranks.begin()), int(ranks.size()), timeout);
   }
 
-  // accl fixes the timeout when it creates the communicator, so it cannot change later.
-  void setTimeout(std::chrono::milliseconds) override {
-    TORCH_CHECK(false, "accl: a process group's timeout is fixed when it is created; create a "
-                "new group with the timeout you need (new_group(..., timeout=...))");
+  // Ops issued after this run under the new timeout. It reaches the communicators on the
+  // worker, in program order (acclCommSetTimeout must not race a call on the same
+  // communicator); an accelerator communicator made later starts with it.
+  void setTimeout(std::chrono::milliseconds timeout) override {
+    TORCH_CHECK(timeout.count() > 0, "accl setTimeout: the timeout must be positive, got ",
+                timeout.count(), " ms");
+    double seconds = timeout.count() / 1000.0;
+    timeout_ = seconds;
+    Job job{[this, seconds](const Ctx& c) {
+              check(acclCommSetTimeout(c.comm, seconds), "acclCommSetTimeout");
+              if (accel_) check(acclCommSetTimeout(accel_->comm, seconds), "acclCommSetTimeout");
+            },
+            nullptr};
+    // Not a collective: no sequence number. A failure (a broken communicator) shows in the
+    // next op, which fails with the earlier error.
+    push(Entry{{job}, {c10::make_intrusive<WorkACCL>(getRank(), OpType::UNKNOWN, 0,
+                                                     std::vector<Tensors>{})}});
   }
 
   // The communicator's error state: a timeout, a dead or failed peer, or another error that
@@ -728,6 +748,8 @@ class ProcessGroupACCL : public c10d::Backend {
     auto src = std::make_shared<at::Tensor>();
     Job job{[=, this](const Ctx& c) {
               *src = t.contiguous();
+              // Before the message: a large one may wait for the receiver to take it.
+              if (anySource_) store_->add(anySourceKey(dst, getRank()), 1);
               check(acclSend(ptr(*src), bytes(t), acclUint8, dst, c.comm, c.stream), "acclSend");
             },
             nullptr};
@@ -741,15 +763,40 @@ class ProcessGroupACCL : public c10d::Backend {
     auto buf = std::make_shared<at::Tensor>();
     Job job{[=, this](const Ctx& c) {
               *buf = staged(t);
+              if (anySource_) ++received_[src];
               check(acclRecv(ptr(*buf), bytes(t), acclUint8, src, c.comm, c.stream), "acclRecv");
             },
             [=] { writeBack(t, *buf); }};
     return enqueue(OpType::RECV, {tensors}, {job});
   }
 
-  c10::intrusive_ptr<c10d::Work> recvAnysource(Tensors&, int) override {
-    TORCH_CHECK(false, "accl: recv without a source rank is not supported: accl matches "
-                "messages by sender, so name the source (src=...)");
+  // accl matches messages by sender: a receive names its peer. So that a receive can take the
+  // next message from whichever rank sent one, every send of a group made with any-source
+  // support (ACCL_TORCH_ANY_SOURCE=1) first adds 1 to a counter in the group's store, one per
+  // (receiver, sender) pair. This worker counts what it has received from each sender; the
+  // any-source receive polls the counters until one is ahead of its count, then receives from
+  // that sender. Messages between a pair stay in send order, so nothing can mismatch. The cost
+  // is one store round trip per send of such a group.
+  c10::intrusive_ptr<c10d::Work> recvAnysource(Tensors& tensors, int /*tag*/) override {
+    checkOne(tensors, "recv (any source)");
+    TORCH_CHECK(anySource_, "accl: recv without a source rank needs a group made with "
+                "ACCL_TORCH_ANY_SOURCE=1 in the environment of every rank (each send then "
+                "costs a store round trip); or name the source (src=...)");
+    TORCH_CHECK(getSize() > 1, "accl recv (any source): no other rank in a group of one");
+    at::Tensor t = tensors[0];
+    auto buf = std::make_shared<at::Tensor>();
+    auto source = std::make_shared<std::atomic<int>>(-1);
+    Job job{[=, this](const Ctx& c) {
+              *buf = staged(t);
+              int src = awaitAnySender();
+              ++received_[src];
+              check(acclRecv(ptr(*buf), bytes(t), acclUint8, src, c.comm, c.stream), "acclRecv");
+              source->store(src);
+            },
+            [=] { writeBack(t, *buf); }};
+    auto work = enqueue(OpType::RECVANYSOURCE, {tensors}, {job});
+    static_cast<WorkACCL*>(work.get())->setSource(source);
+    return work;
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
@@ -757,12 +804,61 @@ class ProcessGroupACCL : public c10d::Backend {
     return enqueue(OpType::BARRIER, {}, {job});
   }
 
-  // A barrier under the communicator's timeout; on expiry accl's message names the ranks that
-  // did not arrive, which is what monitoredBarrier is for.
-  void monitoredBarrier(const c10d::BarrierOptions& opts, bool) override {
-    barrier(opts)->wait();
+  // As gloo's, from the calling thread (not queued behind other ops: it is for finding ranks
+  // that hang): every other rank reports to rank 0 and waits for its verdict; rank 0 waits for
+  // them under opts.timeout (the group's when unset), names the ranks that did not come (the
+  // first one, or all with waitAllRanks) and gives the verdict, so that the ranks that came fail
+  // at once too. The exchange goes through the group's c10d store, not the communicator, so a
+  // failed monitored barrier leaves the group usable.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override {
+    TORCH_CHECK(store_, "accl monitoredBarrier: this group was made by split_group and has no ",
+                "store; use a group made by new_group");
+    int size = getSize(), rank = getRank();
+    int64_t ms = opts.timeout == c10d::kUnsetTimeout ? int64_t(timeout_.load() * 1000)
+                                                     : int64_t(opts.timeout.count());
+    std::string base = "accl/monitored_barrier/" + std::to_string(++monitoredSeq_) + "/";
+    if (size == 1) return;
+    if (rank != 0) {
+      store_->set(base + std::to_string(rank), std::vector<uint8_t>{1});
+      std::string verdict = awaitKey(base + "verdict", timeout_.load(), "rank 0's verdict");
+      if (verdict != "ok")
+        fail("accl: Rank " + std::to_string(rank) + " successfully reached monitoredBarrier, "
+             "but received errors while waiting for send/recv from rank 0. Please check rank 0 "
+             "logs for faulty rank. (rank 0: " + verdict + ")");
+      return;
+    }
+    std::vector<bool> came(size, false);
+    came[0] = true;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    std::string error;
+    if (ms <= 0 && !waitAllRanks) {
+      error = "Rank 0 timed out in monitoredBarrier after " + std::to_string(ms) + " ms";
+    } else {
+      for (int polls = 0;; ++polls) {
+        bool all = true;
+        for (int p = 1; p < size; ++p) {
+          if (!came[p]) came[p] = store_->check({base + std::to_string(p)});
+          all = all && came[p];
+        }
+        if (all || std::chrono::steady_clock::now() > deadline) break;
+        TORCH_CHECK(!aborted_, "accl monitoredBarrier: the process group was aborted");
+        backoff(polls);
+      }
+      std::string missing;
+      int count = 0;
+      for (int p = 1; p < size; ++p)
+        if (!came[p] && (waitAllRanks || count == 0))
+          missing += (count++ ? ", " : "") + std::to_string(p);
+      if (count)
+        error = "[Rank 0]: " + std::string(count > 1 ? "Ranks " : "Rank ") + missing +
+                " failed to pass monitoredBarrier in " + std::to_string(ms) + " ms";
+    }
+    std::string verdict = error.empty() ? "ok" : error;
+    store_->set(base + "verdict", std::vector<uint8_t>(verdict.begin(), verdict.end()));
+    for (int p = 1; p < size; ++p)
+      if (came[p]) store_->deleteKey(base + std::to_string(p));
+    if (!error.empty()) fail("accl: " + error);
   }
-
   void setSequenceNumberForGroup() override {}  // every rank starts at 0
   uint64_t getSequenceNumberForGroup() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -833,6 +929,57 @@ class ProcessGroupACCL : public c10d::Backend {
     TORCH_CHECK(peer >= 0 && peer < getSize() && peer != getRank(), "accl ", op, ": peer ", peer,
                 " is not another rank of this group of ", getSize(), " (this is rank ",
                 getRank(), ")");
+  }
+
+  // Sleeps between polls of the store: 20 us, doubling up to 1 ms.
+  static void backoff(int polls) {
+    std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 20 << std::min(polls, 6))));
+  }
+
+  // The value of `key` in the group's store once it is there, polled so that abort() and the
+  // timeout end the wait.
+  std::string awaitKey(const std::string& key, double timeout, const char* what) {
+    auto start = std::chrono::steady_clock::now();
+    for (int polls = 0; !store_->check({key}); ++polls) {
+      TORCH_CHECK(!aborted_, "accl: the process group was aborted while waiting for ", what);
+      double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > timeout)
+        fail("accl: rank " + std::to_string(getRank()) + " timed out after " +
+             std::to_string(timeout) + " s waiting for " + what + " (the process group timeout)");
+      backoff(polls);
+    }
+    std::vector<uint8_t> v = store_->get(key);
+    return std::string(v.begin(), v.end());
+  }
+
+  // The store counter of messages `src` has sent to `dst` (any-source groups).
+  static std::string anySourceKey(int dst, int src) {
+    return "accl/any_source/" + std::to_string(dst) + "/" + std::to_string(src);
+  }
+
+  // The worker's side of recvAnysource: a sender that has sent this rank more messages than it
+  // has received from it, polling the store round robin (from the rank after the last one
+  // served, so no sender starves) under the group's timeout.
+  int awaitAnySender() {
+    int size = getSize(), rank = getRank();
+    auto start = std::chrono::steady_clock::now();
+    for (int polls = 0;; ++polls) {
+      for (int i = 1; i <= size; ++i) {
+        int src = (lastAnySource_ + i) % size;
+        if (src == rank) continue;
+        if (store_->add(anySourceKey(rank, src), 0) > received_[src]) {
+          lastAnySource_ = src;
+          return src;
+        }
+      }
+      if (aborted_) fail("accl: the process group was aborted during a recv from any source");
+      double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > timeout_.load())
+        fail("accl: recv from any source on rank " + std::to_string(rank) + ": no rank sent a "
+             "message within the process group timeout (" + std::to_string(timeout_.load()) +
+             " s)");
+      backoff(polls);  // each poll is a store round trip per peer
+    }
   }
 
   Job allreduceJob(const at::Tensor& t, const ReduceOp& rop) {
@@ -1040,7 +1187,7 @@ class ProcessGroupACCL : public c10d::Backend {
     }
     // As NCCL: the group's sequence number counts collectives; sends and receives count apart,
     // since they need not be the same on every rank.
-    bool p2p = type == OpType::SEND || type == OpType::RECV;
+    bool p2p = type == OpType::SEND || type == OpType::RECV || type == OpType::RECVANYSOURCE;
     uint64_t seq = p2p ? ++p2pSeq_ : ++seq_;
     auto work = c10::make_intrusive<WorkACCL>(getRank(), type, seq, std::move(outputs));
     if (coalescing_) {
@@ -1127,7 +1274,7 @@ class ProcessGroupACCL : public c10d::Backend {
         if (waited > timeout_) {
           acclCommAbort(a.comm);
           fail("accl: an operation on " + a.device.str() + " did not complete within the "
-               "process group timeout (" + std::to_string(timeout_) + " s); the " +
+               "process group timeout (" + std::to_string(timeout_.load()) + " s); the " +
                a.device.str() + " communicator was aborted");
         }
       }
@@ -1232,8 +1379,12 @@ class ProcessGroupACCL : public c10d::Backend {
   }
 
   acclComm_t comm_ = nullptr;  // for cpu tensors
-  double timeout_ = 0;  // seconds, as the communicator was created with
+  std::atomic<double> timeout_{0};  // seconds: the latest setTimeout, else the creation's
   c10::intrusive_ptr<c10d::Store> store_;
+  bool anySource_ = false;  // sends announce themselves (recvAnysource)
+  std::map<int, int64_t> received_;  // the worker's: messages received from each rank (anySource_)
+  int lastAnySource_ = 0;            // the worker's: the sender the last any-source recv took
+  std::atomic<uint64_t> monitoredSeq_{0};  // monitored barriers called: their store keys
   std::optional<c10::Device> accelDevice_;  // guarded by mu_: the device ops were enqueued for
   std::optional<Accel> accel_;              // the worker's
   std::atomic<acclComm_t> accelComm_{nullptr};  // accel_->comm, for abort() from any thread
@@ -1261,12 +1412,12 @@ PYBIND11_MODULE(_accl_torch, m) {
   py::class_<accl_torch::ProcessGroupACCL, c10d::Backend,
              c10::intrusive_ptr<accl_torch::ProcessGroupACCL>>(m, "ProcessGroupACCL")
       .def(py::init([](const std::string& uid, int rank, int size, double timeout,
-                       c10::intrusive_ptr<c10d::Store> store) {
+                       c10::intrusive_ptr<c10d::Store> store, bool anySource) {
              return accl_torch::ProcessGroupACCL::create(uid, rank, size, timeout,
-                                                         std::move(store));
+                                                         std::move(store), anySource);
            }),
            py::arg("unique_id"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
-           py::arg("store"),
+           py::arg("store"), py::arg("any_source") = false,
            py::call_guard<py::gil_scoped_release>())
       // torch binds getError only for NCCL; this makes it reachable from Python for accl too.
       .def("get_error", &accl_torch::ProcessGroupACCL::getError)

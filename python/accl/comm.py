@@ -210,6 +210,16 @@ class Communicator:
             self._backend = self._comm.backend
         return self._backend
 
+    @property
+    def timeout(self) -> float:
+        """The seconds any call may block. Setting it (local to this rank) applies from the next
+        call on; communicators split later inherit it."""
+        return float(self._live().timeout)
+
+    @timeout.setter
+    def timeout(self, seconds: float) -> None:
+        self._live().timeout = float(seconds)
+
     def __repr__(self) -> str:
         state = "" if self._comm is not None else ", destroyed"
         return f"<accl.Communicator rank {self._rank} of {self._size}, {self.backend}{state}>"

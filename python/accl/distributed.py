@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import os
 import re
 from datetime import timedelta
 from typing import Any
@@ -112,7 +113,10 @@ def create_backend(opts: Any, backend_options: Any = None) -> Any:
         store.set(key, uid)
     else:
         uid = store.get(key)
-    return ProcessGroupACCL(bytes(uid), rank, size, _seconds(opts.timeout), store)
+    # recv without a source (recvAnysource) needs every send of the group to announce itself
+    # in the store, a round trip per send: only where asked for, on every rank alike.
+    any_source = os.environ.get("ACCL_TORCH_ANY_SOURCE", "0") not in ("", "0")
+    return ProcessGroupACCL(bytes(uid), rank, size, _seconds(opts.timeout), store, any_source)
 
 
 def _unavailable_creator(*args: Any) -> Any:

@@ -231,7 +231,7 @@ def _count_wrong(got: np.ndarray, want: np.ndarray, dtype: np.dtype, rtol: float
     return int(np.count_nonzero(g != w))
 
 
-LIBRARIES = ("accl", "gloo", "mpi")
+LIBRARIES = ("accl", "gloo", "mpi", "torch-accl")  # torch-accl: torch.distributed over accl
 MODES = ("out_of_place", "in_place")
 
 
@@ -286,7 +286,8 @@ def _libraries(text: str) -> list[str]:
     names = [n for n in text.split(",") if n]
     bad = [n for n in names if n not in LIBRARIES]
     if bad:
-        raise argparse.ArgumentTypeError(f"unknown library {bad[0]!r}; choose from gloo, mpi")
+        raise argparse.ArgumentTypeError(
+            f"unknown library {bad[0]!r}; choose from {', '.join(LIBRARIES)}")
     return names
 
 
@@ -316,7 +317,8 @@ def _parse(argv: list[str] | None) -> Options:
     ap.add_argument("--library", default="accl", choices=LIBRARIES,
                     help="the library the sweep calls (default accl)")
     ap.add_argument("--compare", type=_libraries, default=[], metavar="LIBS",
-                    help="also sweep these libraries (gloo,mpi) in the same run; needs -np")
+                    help="also sweep these libraries (gloo,mpi,torch-accl,accl) in the same "
+                    "run; needs -np")
     ap.add_argument("--passes", type=int, default=None,
                     help="interleaved passes over the libraries (default 3 with --compare, else 1)")
     ap.add_argument("--plot", metavar="FILE.png", help="draw busbw and time against size")
@@ -498,6 +500,8 @@ def make_runner(library: str) -> Any:
         return AcclRunner(init())
     from . import perf_peers
 
+    if library == "torch-accl":
+        return perf_peers.GlooRunner("accl")
     return perf_peers.GlooRunner() if library == "gloo" else perf_peers.MpiRunner()
 
 

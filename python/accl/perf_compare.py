@@ -31,7 +31,7 @@ _PREFIX = re.compile(r"^\[\d+\] ")  # accl.launch's rank prefix
 
 def unavailable(library: str) -> str | None:
     """Why this machine cannot run the library's sweep, or None."""
-    if library == "gloo":
+    if library in ("gloo", "torch-accl"):
         try:
             import torch.distributed as dist
         except ImportError:

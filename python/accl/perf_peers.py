@@ -21,16 +21,25 @@ from .perf import Call, NotAvailable
 
 class GlooRunner:
     """torch.distributed over gloo, on the ranks of a launcher that sets MASTER_ADDR, MASTER_PORT,
-    RANK and WORLD_SIZE (accl.launch, torchrun)."""
+    RANK and WORLD_SIZE (accl.launch, torchrun). With backend "accl" (library "torch-accl"), the
+    same calls go through accl's torch backend: what a torch program gets from accl."""
 
     library = backend = "gloo"
 
-    def __init__(self) -> None:
+    def __init__(self, backend: str = "gloo") -> None:
         import torch
         import torch.distributed as dist
 
+        if backend != "gloo":
+            import accl.distributed  # noqa: F401  (registers "accl")
+
+            self.library, self.backend = f"torch-{backend}", backend
+        # One intra-op thread: the copy of the out-of-place form (all_reduce) is memory-bound,
+        # and torch's OpenMP workers, spinning for work, took the cores from the library's own
+        # threads: on 2 cores a 512 KiB copy_ then cost 20 ms instead of 0.1.
+        torch.set_num_threads(1)
         self.torch, self.dist = torch, dist
-        dist.init_process_group("gloo")
+        dist.init_process_group(self.backend)
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
         R = dist.ReduceOp
         self.ops = {t.SUM: R.SUM, t.PROD: R.PRODUCT, t.MAX: R.MAX, t.MIN: R.MIN, t.AVG: R.AVG}

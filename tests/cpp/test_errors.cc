@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cmath>
 #include <random>
 #include <regex>
 #include <string>
@@ -245,6 +246,59 @@ int timeoutCase(const CaseArgs& args, bool useAbort) {
 
 TEST_CASE(timeout) { return timeoutCase(args, true); }
 TEST_CASE(timeout_destroy) { return timeoutCase(args, false); }
+
+// acclCommSetTimeout: a communicator made with a 60 s timeout gets 1.5 s, which a split made
+// afterwards inherits; then rank 1 skips an all-reduce and rank 0 must time out after 1.5 s,
+// not 60. Bad values are rejected and leave the timeout as it was.
+TEST_CASE(timeout_set) {
+  RunOpts o;
+  o.initComm = false;
+  bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
+    acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
+    cfg.timeout = 60.0;
+    acclComm_t comm = nullptr;
+    ACCL_OK(acclCommInitRankConfig(&comm, c.nranks, c.ids[0], c.rank, &cfg));
+    c.comm = comm;
+    double t = 0;
+    ACCL_OK(acclCommGetTimeout(comm, &t));
+    CHECK_EQ(t, 60.0);
+    for (double bad : {0.0, -1.0, std::nan(""), HUGE_VAL}) {
+      acclResult_t r = acclCommSetTimeout(comm, bad);
+      CHECK_MSG(r == acclInvalidArgument, "acclCommSetTimeout(" + std::to_string(bad) +
+                                              ") returned " + resultName(r));
+    }
+    CHECK_EQ(acclCommSetTimeout(nullptr, 1.0), acclInvalidArgument);
+    CHECK_EQ(acclCommGetTimeout(comm, nullptr), acclInvalidArgument);
+    ACCL_OK(acclCommGetTimeout(comm, &t));
+    CHECK_EQ(t, 60.0);
+    ACCL_OK(acclCommSetTimeout(comm, 1.5));
+    ACCL_OK(acclCommGetTimeout(comm, &t));
+    CHECK_EQ(t, 1.5);
+    sanityAllReduce(c, "after acclCommSetTimeout");
+    acclComm_t child = nullptr;
+    ACCL_OK(acclCommSplit(comm, 0, c.rank, &child, nullptr));
+    ACCL_OK(acclCommGetTimeout(child, &t));
+    CHECK_MSG(t == 1.5, "a split made after acclCommSetTimeout(1.5) has timeout " + std::to_string(t));
+    ACCL_OK(acclCommDestroy(child));
+    if (c.rank == 0) {
+      std::vector<float> s(1024, 1.0f), d(1024, 0.0f);
+      double t0 = now();
+      acclResult_t res = acclAllReduce(s.data(), d.data(), s.size(), acclFloat32, acclSum, comm, nullptr);
+      double el = now() - t0;
+      std::string msg = lastError();
+      c.slot(1).store(1);
+      CHECK_EQ(res, acclTimeout);
+      CHECK_MSG(el >= 1.2 && el <= 5.0, "it returned after " + std::to_string(el) +
+                                            " s with the timeout set to 1.5 s (created with 60 s)");
+      CHECK_MSG(namesRank(msg, 1), "the message does not name rank 1: " + show(msg));
+    } else {
+      c.waitSlot(1, 1, 30.0);
+    }
+    c.comm = nullptr;
+    CHECK_ACCL_OK(acclCommAbort(comm));
+  }, o);
+  return ok ? 0 : 1;
+}
 
 // acclCommAbort from another thread wakes a collective that is blocked because rank 1 never
 // joins it.

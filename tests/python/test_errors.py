@@ -146,6 +146,30 @@ def test_timeout_names_the_operation():
     assert "allreduce" in low and "1" in msg, msg
 
 
+def set_timeout_worker(uid, rank, size):
+    comm = accl.Communicator(uid, rank, size, timeout=60.0)
+    check(comm.timeout == 60.0, f"timeout {comm.timeout}")
+    for bad in (0, -2, float("nan"), float("inf")):
+        expect_raises(Bad, "positive", setattr, comm, "timeout", bad)
+    comm.timeout = 1.5
+    check(comm.timeout == 1.5, f"timeout {comm.timeout} after setting 1.5")
+    check_array(comm.all_reduce(np.ones(4)), np.full(4, float(size)), "all_reduce after the change")
+    if rank == 0:
+        t0 = time.monotonic()
+        expect_raises(accl.errors.TimeoutError, "", comm.all_reduce, np.ones(8))
+        took = time.monotonic() - t0
+        check(1.2 < took < 10, f"the timeout set to 1.5 s (created with 60 s) took {took:.1f} s")
+        comm.abort()
+        return True
+    time.sleep(4)  # never joins the all-reduce
+    comm.destroy()
+    return True
+
+
+def test_set_timeout_applies_to_later_calls():
+    run_ranks(2, set_timeout_worker, make_comm=False)
+
+
 def abort_worker(uid, rank, size):
     comm = accl.Communicator(uid, rank, size, timeout=60.0)
     if rank == 0:

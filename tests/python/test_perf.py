@@ -194,3 +194,27 @@ def test_compare_with_gloo_and_mpi(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if missing:
         pytest.skip(f"checked accl against {peers} only; missing {missing}")
+
+
+def test_torch_accl_against_gloo(tmp_path):
+    """--library torch-accl: the sweep through torch.distributed on accl's torch backend,
+    checked against numpy like every library, beside gloo in the same run (perf/torch_compare.sh
+    at small sizes)."""
+    pytest.importorskip("torch")
+    import importlib.util
+
+    if importlib.util.find_spec("accl._accl_torch") is None:
+        pytest.skip("accl._accl_torch was not built")
+    out = tmp_path / "torch.json"
+    p = run_cmd([sys.executable, "-m", "accl.perf", "all_reduce", "all_gather", "reduce_scatter",
+                 "-np", "2", "-b", "8", "-e", "4K", "-f", "512", "-n", "2", "-w", "1",
+                 "--library", "torch-accl", "--compare", "gloo", "--passes", "1",
+                 "-J", str(out)], timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    data = json.loads(out.read_text())
+    assert data["libraries"] == ["torch-accl", "gloo"] and data["wrong"] == 0, data["libraries"]
+    assert {r["backend"] for r in data["runs"]} == {"accl", "gloo"}, data["runs"]
+    got = {(r["library"], r["collective"], r["size"]) for r in data["rows"]}
+    assert got == {(lib, c, s) for lib in ("torch-accl", "gloo")
+                   for c in ("all_reduce", "all_gather", "reduce_scatter") for s in (8, 4096)}
+    assert "torch-accl/gloo" in p.stdout, p.stdout

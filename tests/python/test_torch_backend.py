@@ -392,7 +392,8 @@ def scenario_backend_api() -> None:
     dist.all_reduce(x)  # the parent group still works after the split
     _eq(x, torch.full((2,), float(n)), "all_reduce on the parent after split_group")
 
-    _raises(lambda: backend.set_timeout(timedelta(seconds=5)), "fixed", "set_timeout")
+    _raises(lambda: backend.set_timeout(timedelta(seconds=0)), "positive", "set_timeout(0)")
+    backend.set_timeout(timedelta(seconds=30))  # what set_timeout does: scenario set_timeout
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # all_gather_coalesced is deprecated
@@ -405,6 +406,101 @@ def scenario_backend_api() -> None:
         _eq(outs[i][1], torch.arange(6.0).reshape(3, 2) + 10 * i, f"all_gather_coalesced 2nd "
             f"from {i}")
     dist.destroy_process_group()
+
+
+def scenario_set_timeout() -> None:
+    """set_timeout shortens the timeout of later ops (created with 60 s), on the default group
+    and on a new_group; rank 0 then waits alone and must fail after about 2 s."""
+    r = dist.get_rank()
+    sub = dist.new_group()
+    for g in (dist.group.WORLD, sub):
+        g._get_backend(torch.device("cpu")).set_timeout(timedelta(seconds=2))
+        x = torch.ones(3)
+        dist.all_reduce(x, group=g)  # still works under the new timeout
+        _eq(x, torch.full((3,), 2.0), "all_reduce after set_timeout")
+    if r == 0:
+        for g in (sub, dist.group.WORLD):
+            t0 = time.monotonic()
+            _raises(lambda: dist.all_reduce(torch.ones(2), group=g), "ranks 1",
+                    "all_reduce without rank 1")
+            took = time.monotonic() - t0
+            _check(1.5 < took < 15.0, f"timed out after {took:.1f} s; set_timeout gave 2 s, the "
+                   "group was made with 60 s")
+    else:
+        time.sleep(8.0)
+
+
+def scenario_monitored_barrier() -> None:
+    """ProcessGroup.monitored_barrier(timeout, wait_all_ranks): passes when all come; names the
+    ranks that do not (the first, or all), within its own timeout; the ranks that came hear
+    at once that rank 0 failed; a zero timeout on rank 0 fails at once; the groups stay
+    usable. 3 ranks."""
+    r = dist.get_rank()
+    world = dist.group.WORLD
+    world.monitored_barrier(timedelta(seconds=20))
+    world.monitored_barrier(timedelta(seconds=20), wait_all_ranks=True)
+    if r == 0:
+        _raises(lambda: world.monitored_barrier(timedelta(0)), "Rank 0 timed out in "
+                "monitoredBarrier", "monitored_barrier(0)")
+    g1 = dist.new_group(timeout=timedelta(seconds=60))
+    g2 = dist.new_group(timeout=timedelta(seconds=4))
+    if r == 0:  # ranks 1 and 2 do not come
+        t0 = time.monotonic()
+        _raises(lambda: g1.monitored_barrier(timedelta(seconds=1), wait_all_ranks=True),
+                "Ranks 1, 2 failed to pass monitoredBarrier", "wait_all_ranks")
+        took = time.monotonic() - t0
+        _check(took < 10.0, f"monitored_barrier(1 s) failed after {took:.1f} s (group: 60 s)")
+    # Rank 2 does not come: rank 0 names it (the first missing rank), rank 1 hears of it.
+    if r == 0:
+        _raises(lambda: g2.monitored_barrier(timedelta(seconds=1)),
+                "Rank 2 failed to pass monitoredBarrier", "first missing rank")
+    elif r == 1:
+        t0 = time.monotonic()
+        _raises(lambda: g2.monitored_barrier(timedelta(seconds=1)), "Rank 1 successfully "
+                "reached monitoredBarrier, but received errors", "a rank that came")
+        took = time.monotonic() - t0
+        _check(took < 3.5, f"rank 1 heard of rank 0's failure after {took:.1f} s, not at once "
+               "(g2's timeout: 4 s)")
+    for g in (None, g1, g2):  # every group still works
+        x = torch.ones(2)
+        dist.all_reduce(x, group=g)
+        _eq(x, torch.full((2,), 3.0), "all_reduce after the failed monitored barriers")
+
+
+def scenario_any_source() -> None:
+    """recv without src (recvAnysource) on a group made with ACCL_TORCH_ANY_SOURCE=1: every
+    message arrives once, from the rank Work._source_rank() names, in each sender's order,
+    mixed with receives that name the source. Without it, recv without src raises."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    _raises(lambda: dist.recv(torch.zeros(2)), "ACCL_TORCH_ANY_SOURCE", "recv(src=None)")
+    os.environ["ACCL_TORCH_ANY_SOURCE"] = "1"
+    g = dist.new_group()
+    per = 3  # messages from each sender to each receiver; value sender * 100 + index
+    for receiver in range(n):
+        if r != receiver:
+            for i in range(per):
+                dist.send(torch.full((5,), float(r * 100 + i)), receiver, group=g)
+            continue
+        got = {s: [] for s in range(n) if s != r}
+        first = (r + 1) % n
+        t = torch.zeros(5)
+        dist.recv(t, src=first, group=g)  # a named receive takes the first one of `first`
+        got[first].append(int(t[0]))
+        for k in range((n - 1) * per - 1):
+            t = torch.full((5,), -1.0)
+            if k % 2:
+                w = dist.irecv(t, group=g)
+                w.wait()
+                src = w._source_rank()
+            else:
+                src = dist.recv(t, group=g)
+            _check(bool((t == t[0]).all()) and int(t[0]) // 100 == src,
+                   f"recv from any source: {t.tolist()} reported as from rank {src}")
+            got[src].append(int(t[0]))
+        for s, values in got.items():
+            _eq(torch.tensor(values), torch.tensor([s * 100 + i for i in range(per)]),
+                f"rank {r}: the messages from rank {s}, in arrival order")
+    dist.barrier(group=g)
 
 
 def scenario_init_methods() -> None:
@@ -480,6 +576,19 @@ def test_dead_peer_is_named_within_5_seconds():
 @pytest.mark.parametrize("n", [2, 3])
 def test_backend_api(n):
     _launch(n, __file__, "backend_api")
+
+
+def test_set_timeout():
+    _launch(2, __file__, "set_timeout")
+
+
+def test_monitored_barrier():
+    _launch(3, __file__, "monitored_barrier")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_recv_any_source(n):
+    _launch(n, __file__, "any_source")
 
 
 def test_init_methods(tmp_path):

@@ -37,15 +37,9 @@ QUICK = "test_all_reduce_sum or test_broadcast or test_all_gather or test_barrie
 QUICK_EXACT = ["test_all_reduce_sum", "test_broadcast", "test_all_gather", "test_barrier"]
 
 # Tests that pass on gloo and not on accl, and why (docs/torch.md has the same list).
-_MONITORED = ("dist.monitored_barrier refuses every backend but gloo by name, in torch's "
-              "Python code")
 KNOWN_DIFFERENCES = {
     "test_get_backend": "dist.get_backend() is 'accl'; the runner holds accl to gloo's "
                         "expectations, and this test expects the name 'gloo'",
-    "test_monitored_barrier_gloo": _MONITORED,
-    "test_monitored_barrier_gloo_subgroup": _MONITORED,
-    "test_monitored_barrier_gloo_rank_0_timeout": "accl has no per-call timeout: monitoredBarrier "
-                                                  "is a barrier under the group's timeout",
     "test_sparse_all_reduce_sum": "sparse tensors are not supported",
 }
 

@@ -20,7 +20,10 @@ with "accl" instead. accl is thereby held to gloo's expectations, which is what 
 the reference run, under the same runner.
 
 The one visible artifact: dist.get_backend() answers "accl" where a test expects the name
-"gloo" (test_get_backend); docs/torch.md lists it with the other differences.
+"gloo" (test_get_backend); docs/torch.md lists it with the other differences. Two more
+adjustments, both for accl groups only: dist.monitored_barrier's by-name refusal of non-gloo
+backends is lifted (accl implements monitoredBarrier), and ACCL_TORCH_ANY_SOURCE=1 is set so that
+groups support recv without a source (test_send_recv_any_source*).
 """
 
 from __future__ import annotations
@@ -51,6 +54,29 @@ if TARGET != "gloo":
         return _helper(group_size, group_rank, global_ranks, backend, *args, **kwargs)
 
     c10d._new_process_group_helper = _redirected
+
+    # dist.monitored_barrier refuses every backend but gloo by its name, in Python, before it
+    # reaches the backend. accl implements monitoredBarrier, so the name check is answered
+    # "gloo" for accl groups during that call; what runs is accl's monitoredBarrier.
+    _monitored = c10d.monitored_barrier
+
+    def _monitored_barrier(*args, **kwargs):
+        real = c10d.get_backend
+
+        def as_gloo(g=None):
+            name = real(g)
+            return c10d.Backend.GLOO if name == TARGET else name
+
+        c10d.get_backend = as_gloo
+        try:
+            return _monitored(*args, **kwargs)
+        finally:
+            c10d.get_backend = real
+
+    c10d.monitored_barrier = torch.distributed.monitored_barrier = _monitored_barrier
+
+    # recv without a source (test_send_recv_any_source*) needs groups that announce sends.
+    os.environ.setdefault("ACCL_TORCH_ANY_SOURCE", "1")
 
 from torch.testing._internal.common_utils import run_tests  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402

@@ -161,6 +161,18 @@ ACCL_API acclResult_t acclCommAbort(acclComm_t comm);
  * init runs, or the error (timeout, dead peer, failed init) that left it unusable. */
 ACCL_API acclResult_t acclCommGetAsyncError(acclComm_t comm, acclResult_t* asyncError);
 
+/* Sets the seconds that each later call on `comm` may block (the timeout of acclConfig_t),
+ * for instance a longer one around a slow phase of a program. Local: each rank sets its own.
+ * Not concurrent with another call on `comm`: it applies from the next call on. Communicators
+ * split from `comm` later inherit it. `timeout` must be positive and finite. Like a
+ * collective, it fails with acclInProgress while a non-blocking init runs and with the earlier
+ * error on a communicator that an error left unusable. */
+ACCL_API acclResult_t acclCommSetTimeout(acclComm_t comm, double timeout);
+
+/* Stores the communicator's timeout in seconds: what bounds each call on it. Fails as
+ * acclCommSetTimeout does. */
+ACCL_API acclResult_t acclCommGetTimeout(const acclComm_t comm, double* timeout);
+
 ACCL_API acclResult_t acclCommCount(const acclComm_t comm, int* count);
 ACCL_API acclResult_t acclCommUserRank(const acclComm_t comm, int* rank);
 
