@@ -421,8 +421,12 @@ class ProcessGroupACCL : public c10d::Backend {
             nullptr};
     // Not a collective: no sequence number. A failure (a broken communicator) shows in the
     // next op, which fails with the earlier error.
-    push(Entry{{job}, {c10::make_intrusive<WorkACCL>(getRank(), OpType::UNKNOWN, 0,
-                                                     std::vector<Tensors>{})}});
+    push(Entry{{job},
+               {c10::make_intrusive<WorkACCL>(getRank(), OpType::UNKNOWN, 0,
+                                              std::vector<Tensors>{})},
+               false,
+               c10::Device(c10::kCPU),
+               {}});
   }
 
   // The communicator's error state: a timeout, a dead or failed peer, or another error that
