@@ -67,6 +67,12 @@ void gather(const acclBackendCommArgs_v1& a, void* data, size_t bytes) {
   if (r != acclSuccess) ACCL_THROW(r, "bootstrap exchange failed");  // text set by the core
 }
 
+void* mapSegment(int fd, size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) ACCL_SYSCHECK(-1, "mmap of the shared-memory segment", "");
+  return p;
+}
+
 }  // namespace
 
 Backoff::Backoff(double timeout, long spinNs, std::function<void()> checkAbort)
@@ -140,11 +146,7 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
       if (e)
         ACCL_THROW(acclSystemError, "cannot reserve %zu MiB in /dev/shm: %s (check `df -h "
                    "/dev/shm`; in a container raise --shm-size)", total >> 20, strerror(e));
-      base_ = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (base_ == MAP_FAILED) {
-        base_ = nullptr;
-        ACCL_SYSCHECK(-1, "mmap of the shared-memory segment", "");
-      }
+      base_ = mapSegment(fd, total);
     } catch (const Error& err) {
       snprintf(mine.error, sizeof(mine.error), "%s", err.what());
     }
@@ -164,11 +166,7 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
         fd = shm_open(info[lead].name, O_RDWR, 0600);
         ACCL_SYSCHECK(fd, "shm_open(/dev/shm" + std::string(info[lead].name) + ")",
                       "do all ranks run as the same user?");
-        base_ = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (base_ == MAP_FAILED) {
-          base_ = nullptr;
-          ACCL_SYSCHECK(-1, "mmap of the shared-memory segment", "");
-        }
+        base_ = mapSegment(fd, total);
       } catch (const Error& err) {
         snprintf(mine.error, sizeof(mine.error), "%s", err.what());
       }

@@ -116,15 +116,18 @@ void allReduceHier(CpuComm& c, const CollArgs& a) {
     *at = recv + (off + b) * es;
     *bytes = (e - b) * es;
   };
-  auto addScatter = [&](size_t i) {  // piece j of chunk i to leader j; ours from each
+  // Chunk i with every other leader j. The scatter half sends j its piece of our part and takes
+  // ours from j (into `in`); the gather half sends our reduced piece and takes j's into place.
+  auto addExchange = [&](size_t i, bool gather) {
     char *mine, *theirs;
     size_t mineBytes, theirBytes;
     pieceOf(i, me, &mine, &mineBytes);
     for (int j = 0; j < m; ++j) {
       if (j == me) continue;
       pieceOf(i, j, &theirs, &theirBytes);
-      addP2p(ops, c, true, L[j], theirs, theirBytes);
-      addP2p(ops, c, false, L[j], in + j * mineBytes, mineBytes);
+      addP2p(ops, c, true, L[j], gather ? mine : theirs, gather ? mineBytes : theirBytes);
+      addP2p(ops, c, false, L[j], gather ? theirs : in + j * mineBytes,
+             gather ? theirBytes : mineBytes);
     }
   };
   auto reducePiece = [&](size_t i) {
@@ -135,27 +138,16 @@ void allReduceHier(CpuComm& c, const CollArgs& a) {
     reduce(mine, srcs.data(), m, bytes / es, a.type, op);
     if (a.op == acclAvg) divide(mine, bytes / es, a.type, c.nranks());
   };
-  auto addGather = [&](size_t i) {  // our reduced piece of chunk i to each; theirs into place
-    char *mine, *theirs;
-    size_t mineBytes, theirBytes;
-    pieceOf(i, me, &mine, &mineBytes);
-    for (int j = 0; j < m; ++j) {
-      if (j == me) continue;
-      pieceOf(i, j, &theirs, &theirBytes);
-      addP2p(ops, c, true, L[j], mine, mineBytes);
-      addP2p(ops, c, false, L[j], theirs, theirBytes);
-    }
-  };
   ops.clear();
-  addScatter(0);
+  addExchange(0, false);
   kickP2p(ops);
   if (chunks > 1) localReduce(1);
   runP2p(ops);
   reducePiece(0);
   for (size_t i = 0; i < chunks; ++i) {
     ops.clear();
-    addGather(i);
-    if (i + 1 < chunks) addScatter(i + 1);
+    addExchange(i, true);
+    if (i + 1 < chunks) addExchange(i + 1, false);
     kickP2p(ops);
     nodeWork(i);
     runP2p(ops);
