@@ -327,7 +327,7 @@ class ProcessGroupACCL : public c10d::Backend {
     memcpy(id.internal, uid.data(), sizeof(id.internal));
     acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
     cfg.timeout = timeoutSeconds;  // the process group's timeout bounds every accl call
-    cfg.backend = "cpu";           // cpu tensors only, so far
+    cfg.backend = "cpu";           // for cpu tensors; accelerator tensors get their own (accel)
     check(acclCommInitRankConfig(&comm_, size, id, rank, &cfg), "acclCommInitRankConfig");
     timeout_ = timeoutSeconds;
     worker_ = std::thread([this] { loop(); });
