@@ -28,7 +28,9 @@ CTX = mp.get_context("spawn")
 COMM_TIMEOUT = 60.0  # a collective that hangs fails inside accl, naming itself
 RUN_TIMEOUT = 100.0  # below pytest's per-test timeout, so the ranks' reports still come back
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PYTHON_DIR = os.path.join(REPO, "python")
+# Where this run's accl package is (python/, or build-sanitize/python under make test-sanitize):
+# the ranks and tools the tests start import the same one.
+PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(accl.__file__)))
 
 
 def shm_segments() -> set[str]:
