@@ -23,7 +23,7 @@ if __name__ != "__main__":
     import importlib.util
 
     import accl  # noqa: F401  (the package, for find_spec below)
-    from accl_testing import clean_env, launch_cmd, run_cmd
+    from accl_testing import PYTHON_DIR, clean_env, launch_cmd, run_cmd
 
     if importlib.util.find_spec("accl._accl_torch") is None:
         pytest.skip("accl._accl_torch was not built (torch was not importable at build time)",
@@ -654,7 +654,7 @@ def test_entry_point_autoload(tmp_path):
         "[torch.backends]\naccl = accl.distributed:_autoload\n")
     code = ("import sys, torch, torch.distributed as dist; "
             "print('ACCL' in dist.Backend._plugins, 'accl.distributed' in sys.modules)")
-    path = os.pathsep.join([str(tmp_path), os.path.join(REPO, "python")])
+    path = os.pathsep.join([str(tmp_path), PYTHON_DIR])
     p = _py(code, PYTHONPATH=path)
     assert p.stdout.split() == ["True", "True"], p.stdout + p.stderr
     p = _py(code, PYTHONPATH=path, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
