@@ -51,8 +51,10 @@ Forced parseAlgo() {
 
 }  // namespace
 
-CpuComm::CpuComm(const acclBackendCommArgs_v1* args) : args_(args) {
+CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
+    : args_(args), sources_(args->nranks), allRanks_(args->nranks) {
   const int n = args->nranks, me = args->rank;
+  for (int q = 0; q < n; ++q) allRanks_[q] = q;
   Forced forced = parseAlgo();
 
   struct HostId {

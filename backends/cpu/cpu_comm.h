@@ -67,6 +67,10 @@ class CpuComm {
   }
   // Reused between steps of an algorithm: no allocation per step.
   std::vector<P2pOp>& ops() { return ops_; }
+  // Room for one pointer per rank: the sources of a reduction, without an allocation per call.
+  const void** sources() { return sources_.data(); }
+  // 0, 1, ..., nranks-1: the flat ring's group.
+  const std::vector<int>& allRanks() const { return allRanks_; }
 
  private:
   const acclBackendCommArgs_v1* args_;
@@ -75,6 +79,8 @@ class CpuComm {
   std::unique_ptr<TcpTransport> net_;
   std::vector<char> scratch_;
   std::vector<P2pOp> ops_;
+  std::vector<const void*> sources_;
+  std::vector<int> allRanks_;
 };
 
 }  // namespace cpu

@@ -106,7 +106,7 @@ void allReduceHier(CpuComm& c, const CollArgs& a) {
   // that order on every channel (so the far side matches them), while the node works.
   const std::vector<int>& L = c.leaders();
   std::vector<P2pOp>& ops = c.ops();
-  std::vector<const void*> srcs(m);
+  const void** srcs = c.sources();
   // The other leaders' pieces of this leader's part (pieces differ by up to a cache line).
   char* in = c.scratch((per + m * 64) * es);
   auto pieceOf = [&](size_t i, int j, char** at, size_t* bytes) {
@@ -135,7 +135,7 @@ void allReduceHier(CpuComm& c, const CollArgs& a) {
     size_t bytes;
     pieceOf(i, me, &mine, &bytes);
     for (int j = 0; j < m; ++j) srcs[j] = j == me ? mine : in + j * bytes;
-    reduce(mine, srcs.data(), m, bytes / es, a.type, op);
+    reduce(mine, srcs, m, bytes / es, a.type, op);
     if (a.op == acclAvg) divide(mine, bytes / es, a.type, c.nranks());
   };
   ops.clear();

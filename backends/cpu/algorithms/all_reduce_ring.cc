@@ -67,18 +67,16 @@ void directAllReduce(CpuComm& c, const std::vector<int>& group, int me, char* bu
     addP2p(ops, c, false, group[k], in + k * bytes, bytes);
   }
   runP2p(ops);
-  std::vector<const void*> srcs(m);
+  const void** srcs = c.sources();
   for (int k = 0; k < m; ++k) srcs[k] = k == me ? buf : in + k * bytes;
-  reduce(buf, srcs.data(), m, count, type, op);
+  reduce(buf, srcs, m, count, type, op);
 }
 
 void allReduceRing(CpuComm& c, const CollArgs& a) {
   const size_t bytes = a.count * typeSize(a.type);
   if (bytes && a.send != a.recv) memcpy(a.recv, a.send, bytes);
-  std::vector<int> all(c.nranks());
-  for (int r = 0; r < c.nranks(); ++r) all[r] = r;
   acclRedOp_t op = a.op == acclAvg ? acclSum : a.op;
-  ringAllReduce(c, all, c.rank(), static_cast<char*>(a.recv), a.count, a.type, op);
+  ringAllReduce(c, c.allRanks(), c.rank(), static_cast<char*>(a.recv), a.count, a.type, op);
   if (a.op == acclAvg) divide(a.recv, a.count, a.type, c.nranks());
 }
 

@@ -28,9 +28,9 @@ void reduceScatterPairwise(CpuComm& c, const CollArgs& a) {
   runP2p(ops);
   if (a.count == 0) return;
   // Every rank reduces its block in rank order: the same order wherever the block lands.
-  std::vector<const void*> srcs(n);
+  const void** srcs = c.sources();
   for (int q = 0; q < n; ++q) srcs[q] = q == me ? send + me * bytes : in + q * bytes;
-  reduce(a.recv, srcs.data(), n, a.count, a.type, a.op);
+  reduce(a.recv, srcs, n, a.count, a.type, a.op);
 }
 
 void alltoAllPairwise(CpuComm& c, const CollArgs& a) {

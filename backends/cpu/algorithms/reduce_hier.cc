@@ -32,9 +32,9 @@ void reduceHier(CpuComm& c, const CollArgs& a) {
   }
   runP2p(ops);
   if (!isRoot || a.count == 0) return;
-  std::vector<const void*> srcs(nn);
+  const void** srcs = c.sources();
   for (int node = 0; node < nn; ++node) srcs[node] = node == rootNode ? a.recv : tmp + node * bytes;
-  reduce(a.recv, srcs.data(), nn, a.count, a.type, op);
+  reduce(a.recv, srcs, nn, a.count, a.type, op);
   if (a.op == acclAvg) divide(a.recv, a.count, a.type, c.nranks());
 }
 
