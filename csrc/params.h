@@ -55,9 +55,10 @@
   X(Compose, "ACCL_COMPOSE", "",                                                               \
     "Collectives the core builds from send/recv even where the backend has them (comma list "  \
     "of broadcast, gather, scatter, alltoall, barrier, or all): for testing composition.")      \
-  X(CmaMin, "ACCL_CMA_MIN", "33554432",                                                        \
-    "Smallest message (bytes) that all-gather and broadcast copy once, straight from the "     \
-    "peer's memory (process_vm_readv), instead of through /dev/shm; -1 turns it off.")         \
+  X(CmaMin, "ACCL_CMA_MIN", "0",                                                               \
+    "Smallest message (bytes per rank) that all-reduce, all-gather and broadcast copy once, "  \
+    "straight between the ranks' memory (process_vm_readv/writev), instead of through "        \
+    "/dev/shm; 0: the measured crossovers (docs/algorithms.md), -1: never.")                   \
   X(AllReduceDirectMax, "ACCL_ALLREDUCE_DIRECT_MAX", "16384",                                  \
     "Largest all-reduce (bytes) for the direct algorithm; larger ones reduce-scatter then "    \
     "all-gather through shared memory.")

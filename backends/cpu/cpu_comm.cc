@@ -20,14 +20,30 @@ void onShm(CpuComm& c, const CollArgs& a) {
   F(c.shm(), a);
 }
 
-// ACCL_ALGO: "allreduce:ring;allgather:..." (items separated by ; or ,). Parsed before any
-// exchange, so a typo fails every rank alike at once.
-struct Forced {
-  Algo allReduce = nullptr;
+// ACCL_ALGO: "allreduce:ring;allgather:cma" (items separated by ; or ,; case, '_' and ' '
+// ignored). Parsed before any exchange, so a typo fails every rank alike at once. The one-node
+// algorithms run on the node's shared memory only, so forcing one across nodes is an error.
+struct Named {
+  const char* name;
+  Coll coll;
+  Algo algo;
+  bool oneNode;
+};
+const Named kNamed[] = {
+    {"allreduce:ring", kAllReduce, allReduceRing, false},
+    {"allreduce:hier", kAllReduce, allReduceHier, false},
+    {"allreduce:hierring", kAllReduce, allReduceHierRing, false},
+    {"allreduce:direct", kAllReduce, onShm<allReduceDirect>, true},
+    {"allreduce:split", kAllReduce, onShm<allReduceSplit>, true},
+    {"allreduce:cma", kAllReduce, onShm<allReduceCma>, true},
+    {"allgather:direct", kAllGather, onShm<allGatherDirect>, true},
+    {"allgather:cma", kAllGather, onShm<allGatherCma>, true},
+    {"broadcast:direct", kBroadcast, onShm<broadcastDirect>, true},
+    {"broadcast:cma", kBroadcast, onShm<broadcastCma>, true},
 };
 
-Forced parseAlgo() {
-  Forced f;
+std::vector<const Named*> parseAlgo() {
+  std::vector<const Named*> forced;
   std::string spec = paramString(Param::Algo);
   size_t pos = 0;
   while (pos < spec.size()) {
@@ -39,14 +55,18 @@ Forced parseAlgo() {
     std::string lower;  // "AllReduce:Ring" and "all_reduce:ring" read as "allreduce:ring"
     for (char ch : item)
       if (ch != '_' && ch != ' ') lower += static_cast<char>(tolower(ch));
-    if (lower == "allreduce:ring") f.allReduce = allReduceRing;
-    else if (lower == "allreduce:hier") f.allReduce = allReduceHier;
-    else if (lower == "allreduce:hierring") f.allReduce = allReduceHierRing;
-    else
-      ACCL_THROW(acclInvalidArgument, "ACCL_ALGO=%s: unknown item '%s' (known: allreduce:ring, "
-                 "allreduce:hier, allreduce:hierring)", spec.c_str(), item.c_str());
+    const Named* hit = nullptr;
+    std::string known;
+    for (const Named& k : kNamed) {
+      if (lower == k.name) hit = &k;
+      known += (known.empty() ? "" : ", ") + std::string(k.name);
+    }
+    if (!hit)
+      ACCL_THROW(acclInvalidArgument, "ACCL_ALGO=%s: unknown item '%s' (known: %s)",
+                 spec.c_str(), item.c_str(), known.c_str());
+    forced.push_back(hit);
   }
-  return f;
+  return forced;
 }
 
 }  // namespace
@@ -55,7 +75,7 @@ CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
     : args_(args), sources_(args->nranks), allRanks_(args->nranks) {
   const int n = args->nranks, me = args->rank;
   for (int q = 0; q < n; ++q) allRanks_[q] = q;
-  Forced forced = parseAlgo();
+  std::vector<const Named*> forced = parseAlgo();
 
   struct HostId {
     char id[128];
@@ -112,7 +132,16 @@ CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
     algo[kScatter] = scatterPairwise;
     algo[kBarrier] = barrierHier;
   }
-  if (forced.allReduce) algo[kAllReduce] = forced.allReduce;
+  for (const Named* f : forced) {
+    if (f->oneNode && !singleNode())
+      ACCL_THROW(acclInvalidArgument, "ACCL_ALGO: %s works inside one node; this communicator "
+                 "spans %d nodes", f->name, nnodes());
+    if (strstr(f->name, ":cma") && !shm().cma())
+      ACCL_THROW(acclInvalidUsage, "ACCL_ALGO: %s needs cross-memory attach between the ranks, "
+                 "which this host refuses (ptrace restrictions, pid namespaces or ACCL_CMA_MIN=-1)",
+                 f->name);
+    algo[f->coll] = f->algo;
+  }
 }
 
 }  // namespace cpu

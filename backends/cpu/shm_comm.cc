@@ -299,17 +299,32 @@ void ShmComm::announceAbort() {
 }
 
 void ShmComm::cmaRead(int r, void* local, uint64_t remote, size_t bytes) const {
-  char* dst = static_cast<char*>(local);
+  cmaCopy(r, local, remote, bytes, false);
+}
+
+void ShmComm::cmaWrite(int r, uint64_t remote, const void* local, size_t bytes) const {
+  cmaCopy(r, const_cast<void*>(local), remote, bytes, true);
+}
+
+void ShmComm::cmaCopy(int r, void* local, uint64_t remote, size_t bytes, bool write) const {
+  char* mine = static_cast<char*>(local);
   while (bytes > 0) {
-    iovec l{dst, bytes}, rm{reinterpret_cast<void*>(remote), bytes};
-    ssize_t n = process_vm_readv(ctrl_[r].pid, &l, 1, &rm, 1, 0);
+    iovec l{mine, bytes}, rm{reinterpret_cast<void*>(remote), bytes};
+    ssize_t n = write ? process_vm_writev(ctrl_[r].pid, &l, 1, &rm, 1, 0)
+                      : process_vm_readv(ctrl_[r].pid, &l, 1, &rm, 1, 0);
     if (n <= 0)
-      ACCL_THROW(acclSystemError, "reading %zu bytes from rank %d (pid %lld) failed: %s", bytes,
-                 members_[r], (long long)ctrl_[r].pid, n < 0 ? strerror(errno) : "nothing read");
-    dst += n;
+      ACCL_THROW(acclSystemError, "%s %zu bytes %s rank %d (pid %lld) failed: %s",
+                 write ? "writing" : "reading", bytes, write ? "to" : "from", members_[r],
+                 (long long)ctrl_[r].pid, n < 0 ? strerror(errno) : "nothing copied");
+    mine += n;
     remote += n;
     bytes -= n;
   }
+}
+
+char* ShmComm::cmaScratch() {
+  if (cmaScratch_.empty()) cmaScratch_.resize((nranks_ - 1) * cmaChunkBytes());
+  return cmaScratch_.data();
 }
 
 void ShmComm::arrive() { ctrl_[rank_].epoch.store(++epoch_, std::memory_order_release); }

@@ -4,6 +4,8 @@ One spawn per rank count runs the whole matrix (numpy dtypes x counts x ops x ro
 suite stays fast on a small machine.
 """
 
+import os
+
 import numpy as np
 import pytest
 
@@ -262,6 +264,31 @@ def test_all_reduce_64mib(nranks):
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_collectives_single_copy(nranks):
-    # ACCL_CMA_MIN=0: all-gather and broadcast read peers' memory directly at every size.
-    run_ranks(nranks, collectives_worker, [np.int8, np.float32], [0, 1, 1031, 300001],
-              env={"ACCL_CMA_MIN": "0"})
+    # ACCL_CMA_MIN=1: all-reduce, all-gather and broadcast copy straight between the ranks at
+    # every size (all-reduce in several chunks from 1000003 float32).
+    run_ranks(nranks, collectives_worker, [np.int8, np.float32], [0, 1, 1031, 300001, 1000003],
+              env={"ACCL_CMA_MIN": "1", "ACCL_ALLREDUCE_DIRECT_MAX": "0"})
+
+
+# ACCL_ALGO forces an algorithm per collective; every one-node algorithm gives the reference
+# result, out of place and in place.
+@pytest.mark.parametrize("algo", ["allreduce:direct;allgather:direct;broadcast:direct",
+                                  "allreduce:split", "allreduce:cma;allgather:cma;broadcast:cma"])
+def test_forced_algorithms(algo):
+    run_ranks(2, collectives_worker, [np.float32, np.int32], [1, 1031, 300001],
+              env={"ACCL_ALGO": algo})
+
+
+def bad_algo_worker(uid, rank, size, algo, host, message):
+    os.environ["ACCL_ALGO"] = algo
+    if host:
+        os.environ["ACCL_HOSTID"] = f"node{rank}"
+    expect_raises(accl.InvalidArgumentError, message, accl.Communicator, uid, rank, size)
+
+
+@pytest.mark.parametrize("algo,host,message", [
+    ("allreduce:split;allgather:bogus", False, "unknown item 'allgather:bogus' (known: "),
+    ("allreduce:cma", True, "allreduce:cma works inside one node; this communicator spans 2"),
+])
+def test_forced_algorithm_errors(algo, host, message):
+    run_ranks(2, bad_algo_worker, algo, host, message, make_comm=False)

@@ -28,6 +28,9 @@ struct CollArgs {
 // out (two barriers per step; each byte is reduced once).
 void allReduceDirect(ShmComm& c, const CollArgs& a);
 void allReduceSplit(ShmComm& c, const CollArgs& a);
+// cma: each rank reduces 1/n, reading its part of the peers' inputs and writing the result into
+// their outputs directly (single copy; ShmComm::cma).
+void allReduceCma(ShmComm& c, const CollArgs& a);
 void reduceSplit(ShmComm& c, const CollArgs& a);
 // Single copy (cross-memory attach, ShmComm::cma): ranks read each other's buffers directly.
 void allGatherCma(ShmComm& c, const CollArgs& a);
