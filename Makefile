@@ -9,11 +9,14 @@ JOBS   ?= $(shell nproc)
 
 .PHONY: setup build test test-cpp test-python test-sanitize demo wheel clean
 
+# MPICH (for accl-perf --compare mpich) goes into its own prefix: its mpirun would shadow Open
+# MPI's.
 setup: $(VENV)/.stamp
 $(VENV)/.stamp: requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --prefix $(VENV)/mpich mpich
 	touch $@
 
 # One in-tree build serves ctest and the Python tests: libaccl.so and accl/_accl*.so are placed

@@ -231,7 +231,7 @@ def _count_wrong(got: np.ndarray, want: np.ndarray, dtype: np.dtype, rtol: float
     return int(np.count_nonzero(g != w))
 
 
-LIBRARIES = ("accl", "gloo", "mpi", "torch-accl")  # torch-accl: torch.distributed over accl
+LIBRARIES = ("accl", "gloo", "mpi", "mpich", "torch-accl")  # torch-accl: torch.distributed over accl
 MODES = ("out_of_place", "in_place")
 
 
@@ -317,7 +317,7 @@ def _parse(argv: list[str] | None) -> Options:
     ap.add_argument("--library", default="accl", choices=LIBRARIES,
                     help="the library the sweep calls (default accl)")
     ap.add_argument("--compare", type=_libraries, default=[], metavar="LIBS",
-                    help="also sweep these libraries (gloo,mpi,torch-accl,accl) in the same "
+                    help="also sweep these libraries (gloo,mpi,mpich,torch-accl,accl) in the same "
                     "run; needs -np")
     ap.add_argument("--passes", type=int, default=None,
                     help="interleaved passes over the libraries (default 3 with --compare, else 1)")
@@ -502,7 +502,7 @@ def make_runner(library: str) -> Any:
 
     if library == "torch-accl":
         return perf_peers.GlooRunner("accl")
-    return perf_peers.GlooRunner() if library == "gloo" else perf_peers.MpiRunner()
+    return perf_peers.GlooRunner() if library == "gloo" else perf_peers.MpiRunner(library)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,13 +37,21 @@ def unavailable(library: str) -> str | None:
         except ImportError:
             return "torch is not installed"
         return None if dist.is_gloo_available() else "torch was built without gloo"
-    if library == "mpi":
+    if library in ("mpi", "mpich"):
         try:
             import mpi4py  # noqa: F401
         except ImportError:
             return "mpi4py is not installed"
+        if library == "mpich":
+            return None if os.path.exists(_mpich("lib/libmpi.so.12")) else (
+                f"MPICH is not installed in {_mpich('')} (make setup: pip install --prefix)")
         return None if _mpirun() else "mpirun is not on the PATH"
     return None
+
+
+def _mpich(path: str) -> str:
+    # MPICH's wheel goes into its own prefix inside the venv: its mpirun would shadow Open MPI's.
+    return os.path.join(sys.prefix, "mpich", path)
 
 
 def _mpirun() -> str | None:
@@ -53,6 +61,10 @@ def _mpirun() -> str | None:
 
 def launch_cmd(library: str, n: int, args: list[str]) -> list[str]:
     sweep = [sys.executable, "-m", "accl.perf", *args, "--library", library]
+    if library == "mpich":
+        # mpi4py loads whichever MPI library MPI4PY_LIBMPI names; Hydra passes it to the ranks.
+        return [_mpich("bin/mpiexec"), "-n", str(n), "-genv", "MPI4PY_LIBMPI",
+                _mpich("lib/libmpi.so.12"), *sweep]
     if library != "mpi":
         return [sys.executable, "-m", "accl.launch", "-n", str(n), *sweep]
     cmd = [_mpirun() or "mpirun", "-n", str(n), "--oversubscribe"]

@@ -100,13 +100,13 @@ class GlooRunner:
 
 
 class MpiRunner:
-    """mpi4py's MPI.COMM_WORLD (under mpirun) with numpy buffers."""
+    """mpi4py's MPI.COMM_WORLD (under mpirun) with numpy buffers; `library` names the MPI in the
+    tables: "mpi" (Open MPI) or "mpich"."""
 
-    library = "mpi"
-
-    def __init__(self) -> None:
+    def __init__(self, library: str = "mpi") -> None:
         from mpi4py import MPI
 
+        self.library = library
         self.MPI, self.comm = MPI, MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.backend = MPI.Get_library_version().splitlines()[0].split(",")[0].strip()

@@ -1,5 +1,5 @@
 """accl-perf (python -m accl.perf): tiny sweeps of every collective, their tables and JSON, the
--np launch, and --compare with gloo and MPI."""
+-np launch, and --compare with gloo, Open MPI and MPICH."""
 
 import io
 import json
@@ -147,8 +147,10 @@ def test_progress_only_on_a_terminal():
 
 
 def test_compare_with_gloo_and_mpi(tmp_path):
-    missing = {lib: why for lib in ("gloo", "mpi") if (why := perf_compare.unavailable(lib))}
-    peers = [lib for lib in ("gloo", "mpi") if lib not in missing]
+    """accl against gloo, Open MPI ("mpi") and MPICH in one interleaved run."""
+    everyone = ("gloo", "mpi", "mpich")
+    missing = {lib: why for lib in everyone if (why := perf_compare.unavailable(lib))}
+    peers = [lib for lib in everyone if lib not in missing]
     if not peers:
         pytest.skip(f"no peer library: {missing}")
     libs = ["accl", *peers]
