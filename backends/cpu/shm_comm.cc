@@ -329,12 +329,12 @@ char* ShmComm::cmaScratch() {
 
 void ShmComm::arrive() { ctrl_[rank_].epoch.store(++epoch_, std::memory_order_release); }
 
-void ShmComm::waitAll() {
-  auto missing = [this](int r) {
-    return ctrl_[r].epoch.load(std::memory_order_acquire) < epoch_;
+void ShmComm::waitRanks(int only) {
+  auto missing = [this, only](int r) {
+    return (only < 0 || r == only) && ctrl_[r].epoch.load(std::memory_order_acquire) < epoch_;
   };
   Backoff wait(args_->timeout, spinNs_, [&] { checkAbort(missing); });
-  for (int r = 0; r < nranks_; ++r) {
+  for (int r = only < 0 ? 0 : only; r < (only < 0 ? nranks_ : only + 1); ++r) {
     while (ctrl_[r].epoch.load(std::memory_order_acquire) < epoch_) {
       wait.pause([&] {
         std::string list, notes;
@@ -349,6 +349,7 @@ void ShmComm::waitAll() {
       });
     }
   }
+  if (only < 0) synced_ = epoch_;
 }
 
 }  // namespace cpu

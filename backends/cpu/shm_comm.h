@@ -92,18 +92,25 @@ class ShmComm {
   const acclBackendCommArgs_v1& args() const { return *args_; }
 
   // Barrier over the ranks' epoch counters: arrive() publishes this rank's next epoch; waitAll()
-  // returns once every rank has arrived there. A rank can be at most one epoch ahead of another.
+  // returns once every rank has arrived there; waitFor(r) once rank r has (a step whose readers
+  // need one writer only).
   void arrive();
-  void waitAll();
+  void waitAll() { waitRanks(-1); }
+  void waitFor(int r) { waitRanks(r); }
   void barrier() {
     arrive();
     waitAll();
   }
 
-  // Staging. Each step of a collective takes the next of the two slot sets. Every step has at
-  // least one barrier, so when a step writes its set, all reads of that set's previous use (two
-  // steps back) are complete.
-  int nextSet() { return static_cast<int>(step_++ & 1); }
+  // Staging. Each step of a collective takes the next of the two slot sets and arrives once.
+  // A rank reads a set only before it arrives at the next step, so once every rank has arrived
+  // at the previous step, all reads of this set's previous use (two steps back) are complete.
+  // Most steps end with waitAll(), which makes that so; after a step that did not (a broadcast,
+  // whose root waits for nobody), a rank that will write waits for it here.
+  int nextSet(bool write = true) {
+    if (write && synced_ < epoch_) waitAll();
+    return static_cast<int>(step_++ & 1);
+  }
   char* slot(int set, int r) const { return data_ + (size_t(set) * nranks_ + r) * slotBytes_; }
   size_t slotBytes() const { return slotBytes_; }
   // Room for one pointer per rank: the sources of a reduction, without an allocation per call.
@@ -156,6 +163,7 @@ class ShmComm {
 
  private:
   void cmaCopy(int r, void* local, uint64_t remote, size_t bytes, bool write) const;
+  void waitRanks(int only);  // -1: all
   void checkPeersAlive(const std::function<bool(int)>& awaited) const;
 
   const acclBackendCommArgs_v1* args_;
@@ -170,6 +178,7 @@ class ShmComm {
   mutable std::chrono::steady_clock::time_point nextLivenessCheck_{};
   size_t slotBytes_, p2pBytes_;
   uint64_t epoch_ = 0, step_ = 0;
+  uint64_t synced_ = 0;  // every rank has arrived at this epoch
   long spinNs_ = 0;
   std::vector<const void*> sources_;
   void* base_ = nullptr;

@@ -292,3 +292,25 @@ def bad_algo_worker(uid, rank, size, algo, host, message):
 ])
 def test_forced_algorithm_errors(algo, host, message):
     run_ranks(2, bad_algo_worker, algo, host, message, make_comm=False)
+
+
+def broadcast_stream_worker(comm, sizes):
+    """Back-to-back broadcasts from rotating roots, mixed with all-reduces. A broadcast's root
+    goes on without waiting for its readers (its next write to a slot set waits for them), so a
+    root that overwrote a set still being read would show here as a wrong value."""
+    n = comm.size
+    for i in range(400):
+        root, count = i % n, sizes[i % len(sizes)]
+        x = np.full(count, comm.rank * 1000 + i, np.int64)
+        comm.broadcast(x, root=root)
+        check_array(x, np.full(count, root * 1000 + i, np.int64), f"broadcast {i} from {root}")
+        if i % 7 == 0:
+            s = comm.all_reduce(np.full(3, i, np.int64))
+            check_array(s, np.full(3, i * n, np.int64), f"all_reduce after broadcast {i}")
+
+
+@pytest.mark.parametrize("nranks", [3, 4])
+def test_broadcast_stream(nranks):
+    # Small slots make the larger sizes take several chunks: the root runs ahead chunk by chunk.
+    run_ranks(nranks, broadcast_stream_worker, [1, 5, 300, 2000],
+              env={"ACCL_SHM_SLOT_BYTES": "4096"})

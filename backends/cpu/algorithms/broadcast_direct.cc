@@ -1,5 +1,8 @@
 // Broadcast, direct: the root copies a chunk into the whole slot set (n slots, so chunks are n
-// times larger than other collectives'), one barrier, every other rank copies it out.
+// times larger than other collectives') and arrives; every other rank arrives, waits for the
+// root alone and copies the chunk out. Nobody waits for the readers here: the root's next write
+// to a set waits for them (ShmComm::nextSet), so with more ranks than cores, non-roots need not
+// all be scheduled for the root to go on, as after an eager send.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -17,10 +20,12 @@ void broadcastDirect(ShmComm& c, const CollArgs& a) {
   if (root && a.send != a.recv) memcpy(a.recv, a.send, a.count * es);
   for (size_t off = 0; off < a.count; off += chunk) {
     size_t len = std::min(chunk, a.count - off);
-    int set = c.nextSet();
+    int set = c.nextSet(root);
     if (root) memcpy(c.slot(set, 0), static_cast<const char*>(a.send) + off * es, len * es);
-    c.barrier();
-    if (!root) memcpy(static_cast<char*>(a.recv) + off * es, c.slot(set, 0), len * es);
+    c.arrive();
+    if (root) continue;
+    c.waitFor(a.root);
+    memcpy(static_cast<char*>(a.recv) + off * es, c.slot(set, 0), len * es);
   }
 }
 
