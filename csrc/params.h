@@ -56,9 +56,9 @@
     "Collectives the core builds from send/recv even where the backend has them (comma list "  \
     "of broadcast, gather, scatter, alltoall, barrier, or all): for testing composition.")      \
   X(CmaMin, "ACCL_CMA_MIN", "0",                                                               \
-    "Smallest message (bytes per rank) that all-reduce, all-gather and broadcast copy once, "  \
-    "straight between the ranks' memory (process_vm_readv/writev), instead of through "        \
-    "/dev/shm; 0: the measured crossovers (docs/algorithms.md), -1: never.")                   \
+    "Smallest message (bytes per rank) that all-reduce, all-gather, reduce-scatter and "       \
+    "broadcast copy once, straight between the ranks' memory (process_vm_readv/writev), "      \
+    "instead of through /dev/shm; 0: the measured crossovers (docs/algorithms.md), -1: never.")\
   X(AllReduceDirectMax, "ACCL_ALLREDUCE_DIRECT_MAX", "16384",                                  \
     "Largest all-reduce (bytes) for the direct algorithm; larger ones reduce-scatter then "    \
     "all-gather through shared memory.")

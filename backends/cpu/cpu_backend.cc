@@ -211,7 +211,7 @@ namespace {
 // ranks' buffers, instead of through /dev/shm: the crossovers measured at 2 ranks
 // (docs/algorithms.md). ACCL_CMA_MIN > 0 replaces them all.
 constexpr size_t kAllReduceCmaMin = 64 << 10, kAllGatherCmaMin = 16 << 10,
-                 kBroadcastCmaMin = 256 << 10;
+                 kBroadcastCmaMin = 256 << 10, kReduceScatterCmaMin = 32 << 10;
 
 bool useCma(const ShmComm& c, const CollArgs& a, size_t crossover) {
   return c.cma() && c.nranks() > 1 &&
@@ -233,6 +233,11 @@ void allGatherAuto(ShmComm& c, const CollArgs& a) {
 void broadcastAuto(ShmComm& c, const CollArgs& a) {
   if (useCma(c, a, kBroadcastCmaMin)) broadcastCma(c, a);
   else broadcastDirect(c, a);
+}
+
+void reduceScatterAuto(ShmComm& c, const CollArgs& a) {
+  if (useCma(c, a, kReduceScatterCmaMin)) reduceScatterCma(c, a);
+  else reduceScatterDirect(c, a);
 }
 
 void barrierShm(ShmComm& c, const CollArgs&) { c.barrier(); }

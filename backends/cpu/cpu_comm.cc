@@ -38,6 +38,8 @@ const Named kNamed[] = {
     {"allreduce:cma", kAllReduce, onShm<allReduceCma>, true},
     {"allgather:direct", kAllGather, onShm<allGatherDirect>, true},
     {"allgather:cma", kAllGather, onShm<allGatherCma>, true},
+    {"reducescatter:direct", kReduceScatter, onShm<reduceScatterDirect>, true},
+    {"reducescatter:cma", kReduceScatter, onShm<reduceScatterCma>, true},
     {"broadcast:direct", kBroadcast, onShm<broadcastDirect>, true},
     {"broadcast:cma", kBroadcast, onShm<broadcastCma>, true},
 };
@@ -116,7 +118,7 @@ CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
     algo[kBroadcast] = onShm<broadcastAuto>;
     algo[kReduce] = onShm<reduceSplit>;
     algo[kAllGather] = onShm<allGatherAuto>;
-    algo[kReduceScatter] = onShm<reduceScatterDirect>;
+    algo[kReduceScatter] = onShm<reduceScatterAuto>;
     algo[kAlltoAll] = onShm<alltoAllDirect>;
     algo[kGather] = onShm<gatherDirect>;
     algo[kScatter] = onShm<scatterDirect>;

@@ -264,16 +264,17 @@ def test_all_reduce_64mib(nranks):
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_collectives_single_copy(nranks):
-    # ACCL_CMA_MIN=1: all-reduce, all-gather and broadcast copy straight between the ranks at
-    # every size (all-reduce in several chunks from 1000003 float32).
+    # ACCL_CMA_MIN=1: all-reduce, all-gather, reduce-scatter and broadcast copy straight between
+    # the ranks at every size (all-reduce in several chunks from 1000003 float32).
     run_ranks(nranks, collectives_worker, [np.int8, np.float32], [0, 1, 1031, 300001, 1000003],
               env={"ACCL_CMA_MIN": "1", "ACCL_ALLREDUCE_DIRECT_MAX": "0"})
 
 
 # ACCL_ALGO forces an algorithm per collective; every one-node algorithm gives the reference
 # result, out of place and in place.
-@pytest.mark.parametrize("algo", ["allreduce:direct;allgather:direct;broadcast:direct",
-                                  "allreduce:split", "allreduce:cma;allgather:cma;broadcast:cma"])
+@pytest.mark.parametrize("algo", [
+    "allreduce:direct;allgather:direct;broadcast:direct;reducescatter:direct", "allreduce:split",
+    "allreduce:cma;allgather:cma;broadcast:cma;reducescatter:cma"])
 def test_forced_algorithms(algo):
     run_ranks(2, collectives_worker, [np.float32, np.int32], [1, 1031, 300001],
               env={"ACCL_ALGO": algo})

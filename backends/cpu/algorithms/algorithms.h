@@ -38,6 +38,8 @@ void broadcastCma(ShmComm& c, const CollArgs& a);
 void broadcastDirect(ShmComm& c, const CollArgs& a);
 void allGatherDirect(ShmComm& c, const CollArgs& a);
 void reduceScatterDirect(ShmComm& c, const CollArgs& a);
+// cma: rank r reads block r of every peer's input directly (single copy; ShmComm::cma).
+void reduceScatterCma(ShmComm& c, const CollArgs& a);
 void alltoAllDirect(ShmComm& c, const CollArgs& a);
 void gatherDirect(ShmComm& c, const CollArgs& a);
 void scatterDirect(ShmComm& c, const CollArgs& a);
@@ -46,6 +48,7 @@ void barrierShm(ShmComm& c, const CollArgs& a);
 void allReduceAuto(ShmComm& c, const CollArgs& a);
 void allGatherAuto(ShmComm& c, const CollArgs& a);
 void broadcastAuto(ShmComm& c, const CollArgs& a);
+void reduceScatterAuto(ShmComm& c, const CollArgs& a);
 
 // Across nodes. hier: reduce inside each node, all-reduce among node leaders over TCP, broadcast
 // inside each node; large messages on up to 16 nodes pipelined in chunks (leaders: direct

@@ -1,0 +1,68 @@
+// All-reduce and reduce-scatter, single copy (cross-memory attach). Rank r reduces one range of
+// elements: part r of the message (all-reduce) or block r (reduce-scatter). Chunk by chunk it
+// reads that range of every peer's input straight from the peer's memory (process_vm_readv) into
+// private buffers small enough to stay in cache and reduces them with its own input into its
+// output; the all-reduce then writes the result straight into every peer's output
+// (process_vm_writev). A barrier at the start publishes the buffers' addresses; one at the end
+// says that every part has arrived and nobody reads this rank's input any more.
+//
+// Against staging through /dev/shm this copies each byte once, and no rank reads memory another
+// core has just written (the peers' inputs are the caller's; the all-reduce pushes its results
+// rather than letting peers pull them): on this VM those core-to-core reads of fresh lines are
+// the slow path. Rank r's range of every buffer is read and written by rank r alone, each chunk
+// read before it is written, so in place is safe. Each byte is reduced once, by one rank, so all
+// ranks get the same bits.
+#include <algorithm>
+
+#include "algorithms/algorithms.h"
+#include "reduce.h"
+#include "types.h"
+
+namespace accl {
+namespace cpu {
+namespace {
+
+// Reduces elements [from, from + len) of every rank's input into `out`; with `push`, also
+// writes each reduced chunk to the same elements of every peer's output.
+void reduceRange(ShmComm& c, const CollArgs& a, size_t from, size_t len, char* out, bool push) {
+  const size_t es = typeSize(a.type), chunk = c.cmaChunkBytes() / es;
+  const int n = c.nranks(), me = c.rank();
+  const char* send = static_cast<const char*>(a.send);
+  const void** srcs = c.sources();
+  char* scratch = c.cmaScratch();
+  c.publish(a.send, a.recv);
+  c.barrier();
+  for (size_t done = 0; done < len; done += chunk) {
+    const size_t k = std::min(chunk, len - done), at = (from + done) * es;
+    for (int q = 0; q < n; ++q) {
+      if (q == me) {
+        srcs[q] = send + at;
+        continue;
+      }
+      char* buf = scratch + (q - (q > me)) * c.cmaChunkBytes();
+      c.cmaRead(q, buf, c.peer(q).sendAddr + at, k * es);
+      srcs[q] = buf;
+    }
+    char* dst = out + done * es;
+    reduce(dst, srcs, n, k, a.type, a.op);
+    for (int q = 0; q < n && push; ++q)
+      if (q != me) c.cmaWrite(q, c.peer(q).recvAddr + (dst - static_cast<char*>(a.recv)), dst,
+                               k * es);
+  }
+  c.barrier();
+}
+
+}  // namespace
+
+void allReduceCma(ShmComm& c, const CollArgs& a) {
+  size_t b, e;
+  partRange(a.count, c.rank(), c.nranks(), typeSize(a.type), &b, &e);
+  reduceRange(c, a, b, e - b, static_cast<char*>(a.recv) + b * typeSize(a.type), true);
+}
+
+void reduceScatterCma(ShmComm& c, const CollArgs& a) {
+  reduceRange(c, a, c.rank() * a.count, a.count, static_cast<char*>(a.recv), false);
+}
+
+}  // namespace cpu
+}  // namespace accl
