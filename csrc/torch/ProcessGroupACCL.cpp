@@ -450,6 +450,8 @@ class ProcessGroupACCL : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allreduce(Tensors& tensors,
                                            const c10d::AllreduceOptions& opts) override {
+    if (tensors.size() == 1 && tensors[0].defined() && tensors[0].layout() == at::kSparse)
+      return enqueue(OpType::ALLREDUCE, {tensors}, {sparseAllreduceJob(tensors[0], opts.reduceOp)});
     checkOne(tensors, "allreduce");
     return enqueue(OpType::ALLREDUCE, {tensors}, {allreduceJob(tensors[0], opts.reduceOp)});
   }
@@ -1008,6 +1010,46 @@ class ProcessGroupACCL : public c10d::Backend {
                  if (red.host) buf->copy_(hostFold(*all, red, size).view(buf->sizes()));
                  writeBack(t, *buf);
                }};
+  }
+
+  // Sparse (COO) all-reduce, a sum as gloo's: every rank gathers every rank's indices and
+  // values (padded to the largest count of non-zeros) and adds the n sparse tensors in rank
+  // order, so all ranks get the same result, which replaces the input's contents.
+  Job sparseAllreduceJob(const at::Tensor& t, const ReduceOp& rop) {
+    const char* op = "allreduce";
+    TORCH_CHECK(t.device().is_cpu(), "accl ", op, ": sparse tensors are supported on cpu only");
+    TORCH_CHECK(rop.op_ == ReduceOp::SUM, "accl ", op, ": sparse tensors support only SUM, not ",
+                opName(rop.op_));
+    int size = getSize();
+    auto sum = std::make_shared<at::Tensor>();
+    return Job{[=, this](const Ctx& c) {
+                 at::Tensor in = t.coalesce(), idx = in._indices(), val = in._values();
+                 int64_t nnz = in._nnz();
+                 at::Tensor counts = at::empty({size}, at::kLong);
+                 check(acclAllGather(&nnz, ptr(counts), 1, acclInt64, c.comm, c.stream),
+                       "acclAllGather");
+                 int64_t most = counts.max().item<int64_t>();
+                 at::Tensor pidx = at::zeros({idx.size(0), most}, idx.options());
+                 std::vector<int64_t> shape = val.sizes().vec();
+                 shape[0] = most;
+                 at::Tensor pval = at::zeros(shape, val.options());
+                 pidx.narrow(1, 0, nnz).copy_(idx);
+                 pval.narrow(0, 0, nnz).copy_(val);
+                 shape.insert(shape.begin(), size);
+                 at::Tensor allIdx = at::empty({size, idx.size(0), most}, idx.options());
+                 at::Tensor allVal = at::empty(shape, val.options());
+                 check(acclAllGather(ptr(pidx), ptr(allIdx), bytes(pidx), acclUint8, c.comm,
+                                     c.stream), "acclAllGather");
+                 check(acclAllGather(ptr(pval), ptr(allVal), bytes(pval), acclUint8, c.comm,
+                                     c.stream), "acclAllGather");
+                 for (int r = 0; r < size; ++r) {
+                   int64_t k = counts[r].item<int64_t>();
+                   at::Tensor part = at::sparse_coo_tensor(allIdx[r].narrow(1, 0, k),
+                                                           allVal[r].narrow(0, 0, k), t.sizes());
+                   *sum = r ? *sum + part : part;
+                 }
+               },
+               [=] { t.copy_(sum->coalesce()); }};
   }
 
   // Gathers every rank's `in` into outs[r].

@@ -122,6 +122,17 @@ def scenario_ops() -> None:
             dist.all_reduce(x, op=op)
             _eq(x, _expect(inputs, op, dt, n), what, tol.get(dt, 0.0))
 
+    # Sparse (COO) all_reduce: a sum, as gloo's (rank i has rows 0..i, some shared); other
+    # reductions are refused.
+    def sparse(i: int) -> torch.Tensor:
+        return torch.sparse_coo_tensor(torch.arange(i + 1).reshape(1, -1),
+                                       torch.full((i + 1, 2), float(i + 1)), (n, 2))
+    x = sparse(r)
+    dist.all_reduce(x)
+    _check(x.is_sparse, "sparse all_reduce keeps the layout")
+    _eq(x.to_dense(), sum(sparse(i).to_dense() for i in others), "sparse all_reduce")
+    _raises(lambda: dist.all_reduce(sparse(r), op=R.MAX), "only SUM", "sparse all_reduce MAX")
+
     # PREMUL_SUM: the factor multiplies each input before the sum.
     x = _rank_input(r, torch.float32)
     dist.all_reduce(x, op=dist._make_nccl_premul_sum(2.0))

@@ -40,7 +40,6 @@ QUICK_EXACT = ["test_all_reduce_sum", "test_broadcast", "test_all_gather", "test
 KNOWN_DIFFERENCES = {
     "test_get_backend": "dist.get_backend() is 'accl'; the runner holds accl to gloo's "
                         "expectations, and this test expects the name 'gloo'",
-    "test_sparse_all_reduce_sum": "sparse tensors are not supported",
 }
 
 
