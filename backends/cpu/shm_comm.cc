@@ -128,7 +128,8 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
                      sizeof(ChannelCtrl) * nranks_ * nranks_;
   size_t dataOff = alignUp(ctrlBytes, kPage);
   size_t p2pOff = dataOff + 2 * slotBytes_ * nranks_;
-  size_t total = p2pOff + p2pBytes_ * kP2pBufs * nranks_ * nranks_;
+  size_t boxOff = p2pOff + p2pBytes_ * kP2pBufs * nranks_ * nranks_;
+  size_t total = boxOff + kBoxes * kBoxBytes;
 
   std::vector<SegmentInfo> info(args_->nranks);
   SegmentInfo& mine = info[args_->rank];
@@ -191,6 +192,7 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   channels_ = reinterpret_cast<ChannelCtrl*>(ctrl_ + nranks_);
   data_ = b + dataOff;
   p2p_ = b + p2pOff;
+  boxes_ = b + boxOff;
   // Peers learn this rank's process once the last exchange below is done.
   ctrl_[rank_].pid = getpid();
   ctrl_[rank_].startTime = processStartTime(getpid());
@@ -327,15 +329,24 @@ char* ShmComm::cmaScratch() {
   return cmaScratch_.data();
 }
 
+char* ShmComm::nextBox(bool write) {
+  const uint64_t k = boxStep_++ % kBoxes;
+  // Readers of this box's last use (0: none yet) read it after arriving at boxUsed_[k], before
+  // their next arrival.
+  if (write && boxUsed_[k]) waitEpoch(boxUsed_[k] + 1);
+  boxUsed_[k] = epoch_ + 1;  // the epoch this step arrives at
+  return boxes_ + k * kBoxBytes;
+}
+
 void ShmComm::arrive() { ctrl_[rank_].epoch.store(++epoch_, std::memory_order_release); }
 
-void ShmComm::waitRanks(int only) {
-  auto missing = [this, only](int r) {
-    return (only < 0 || r == only) && ctrl_[r].epoch.load(std::memory_order_acquire) < epoch_;
+void ShmComm::waitRanks(int only, uint64_t epoch) {
+  auto missing = [this, only, epoch](int r) {
+    return (only < 0 || r == only) && ctrl_[r].epoch.load(std::memory_order_acquire) < epoch;
   };
   Backoff wait(args_->timeout, spinNs_, [&] { checkAbort(missing); });
   for (int r = only < 0 ? 0 : only; r < (only < 0 ? nranks_ : only + 1); ++r) {
-    while (ctrl_[r].epoch.load(std::memory_order_acquire) < epoch_) {
+    while (ctrl_[r].epoch.load(std::memory_order_acquire) < epoch) {
       wait.pause([&] {
         std::string list, notes;
         for (int q = 0; q < nranks_; ++q) {
@@ -349,7 +360,7 @@ void ShmComm::waitRanks(int only) {
       });
     }
   }
-  if (only < 0) synced_ = epoch_;
+  if (only < 0) synced_ = std::max(synced_, epoch);
 }
 
 }  // namespace cpu

@@ -95,8 +95,8 @@ class ShmComm {
   // returns once every rank has arrived there; waitFor(r) once rank r has (a step whose readers
   // need one writer only).
   void arrive();
-  void waitAll() { waitRanks(-1); }
-  void waitFor(int r) { waitRanks(r); }
+  void waitAll() { waitRanks(-1, epoch_); }
+  void waitFor(int r) { waitRanks(r, epoch_); }
   void barrier() {
     arrive();
     waitAll();
@@ -111,6 +111,14 @@ class ShmComm {
     if (write && synced_ < epoch_) waitAll();
     return static_cast<int>(step_++ & 1);
   }
+  // Small broadcasts go through a ring of kBoxes boxes of kBoxBytes instead, so that a root can
+  // run up to kBoxes broadcasts ahead of its slowest reader: with more ranks than cores, readers
+  // then catch up several at a time rather than each broadcast waiting for every rank to be
+  // scheduled. Every rank takes the next box at each small broadcast; the one that will write
+  // waits until every rank has left the step that last read the box.
+  static constexpr uint64_t kBoxes = 16;
+  static constexpr size_t kBoxBytes = 4096;
+  char* nextBox(bool write);
   char* slot(int set, int r) const { return data_ + (size_t(set) * nranks_ + r) * slotBytes_; }
   size_t slotBytes() const { return slotBytes_; }
   // Room for one pointer per rank: the sources of a reduction, without an allocation per call.
@@ -163,7 +171,11 @@ class ShmComm {
 
  private:
   void cmaCopy(int r, void* local, uint64_t remote, size_t bytes, bool write) const;
-  void waitRanks(int only);  // -1: all
+  // Waits until rank `only` (-1: every rank) has arrived at `epoch`.
+  void waitRanks(int only, uint64_t epoch);
+  void waitEpoch(uint64_t epoch) {
+    if (synced_ < epoch) waitRanks(-1, epoch);
+  }
   void checkPeersAlive(const std::function<bool(int)>& awaited) const;
 
   const acclBackendCommArgs_v1* args_;
@@ -179,6 +191,7 @@ class ShmComm {
   size_t slotBytes_, p2pBytes_;
   uint64_t epoch_ = 0, step_ = 0;
   uint64_t synced_ = 0;  // every rank has arrived at this epoch
+  uint64_t boxStep_ = 0, boxUsed_[kBoxes] = {};
   long spinNs_ = 0;
   std::vector<const void*> sources_;
   void* base_ = nullptr;
@@ -188,6 +201,7 @@ class ShmComm {
   ChannelCtrl* channels_ = nullptr;
   char* data_ = nullptr;
   char* p2p_ = nullptr;
+  char* boxes_ = nullptr;
 };
 
 }  // namespace cpu

@@ -5,6 +5,7 @@ suite stays fast on a small machine.
 """
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -296,21 +297,26 @@ def test_forced_algorithm_errors(algo, host, message):
 
 
 def broadcast_stream_worker(comm, sizes):
-    """Back-to-back broadcasts from rotating roots, mixed with all-reduces. A broadcast's root
-    goes on without waiting for its readers (its next write to a slot set waits for them), so a
-    root that overwrote a set still being read would show here as a wrong value."""
+    """Back-to-back broadcasts, from rotating roots mixed with all-reduces, then from one root
+    while the last rank now and then sleeps. A root goes on without waiting for its readers
+    (up to 16 small broadcasts ahead; its next write to a buffer waits until every rank has
+    read what it held), so a root that overwrote data still to be read shows here."""
     n = comm.size
-    for i in range(400):
-        root, count = i % n, sizes[i % len(sizes)]
+    for i in range(600):
+        # The second half sends only what fits a small broadcast's buffer (4 KiB).
+        root = i % n if i < 300 else 0
+        count = sizes[i % len(sizes)] if i < 300 else min(sizes[i % len(sizes)], 500)
+        if i >= 300 and i % 40 == 0 and comm.rank == n - 1:
+            time.sleep(0.002)  # the root runs ahead meanwhile
         x = np.full(count, comm.rank * 1000 + i, np.int64)
         comm.broadcast(x, root=root)
         check_array(x, np.full(count, root * 1000 + i, np.int64), f"broadcast {i} from {root}")
-        if i % 7 == 0:
+        if i < 300 and i % 7 == 0:
             s = comm.all_reduce(np.full(3, i, np.int64))
             check_array(s, np.full(3, i * n, np.int64), f"all_reduce after broadcast {i}")
 
 
-@pytest.mark.parametrize("nranks", [3, 4])
+@pytest.mark.parametrize("nranks", [1, 3, 4])
 def test_broadcast_stream(nranks):
     # Small slots make the larger sizes take several chunks: the root runs ahead chunk by chunk.
     run_ranks(nranks, broadcast_stream_worker, [1, 5, 300, 2000],
