@@ -125,14 +125,21 @@ def _unavailable_creator(*args: Any) -> Any:
 
 def accelerators() -> dict[str, str]:
     """The accelerator device types this process serves, each with its accl backend: "cuda"
-    when torch was built with CUDA (ROCm) and accl's nccl (rccl) backend loads."""
+    when torch was built with CUDA (ROCm) and accl's nccl (rccl) backend loads; torch's
+    PrivateUse1 device, under the name its vendor's extension gave it (say "ppu"), when the
+    accl backend ACCL_TORCH_PRIVATEUSE1_BACKEND names (default "pccl") loads."""
+    from .info import backend_info
+
     served = {}
     if torch.version.cuda or torch.version.hip:
-        from .info import backend_info
-
         name = "rccl" if torch.version.hip else "nccl"
         if backend_info(name).available:
             served["cuda"] = name
+    device = torch._C._get_privateuse1_backend_name()
+    if device != "privateuseone":  # renamed: a vendor's extension registered its device
+        name = os.environ.get("ACCL_TORCH_PRIVATEUSE1_BACKEND", "pccl")
+        if backend_info(name).available:
+            served[device] = name
     return served
 
 

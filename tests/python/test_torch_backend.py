@@ -630,6 +630,33 @@ def _py(code: str, **env: str):
     return run_cmd([sys.executable, "-c", code], env=clean_env(**env))
 
 
+PRIVATEUSE1 = """
+import torch, torch.distributed as dist
+torch.utils.rename_privateuse1_backend("ppu")  # what a vendor's extension does
+import accl.distributed
+print(accl.distributed.accelerators(), sorted(dist.Backend.backend_capability["accl"]))
+"""
+
+
+@pytest.mark.parametrize("backend,served", [
+    ("", "{'ppu': 'pccl'} ['cpu', 'ppu']"),
+    ("nonexistent", "{} ['cpu']"),
+], ids=["pccl", "unknown-backend"])
+def test_privateuse1_device_is_served(backend, served):
+    """A PrivateUse1 device (the name its extension registered) is served when the accl backend
+    for it loads: here T-Head's pccl, the fake library from the C++ tests. Its tensors cannot be
+    made without the vendor's device; the GPU-side path is the one cuda tensors take."""
+    lib = os.path.join(os.environ.get("ACCL_BUILD_DIR", os.path.join(REPO, "build")),
+                       "tests", "nccl", "libfakepccl.so")
+    if not os.path.exists(lib):
+        pytest.skip(f"{lib} is not built (the fake vendor libraries come with the C++ tests)")
+    env = {"ACCL_PCCL_LIBRARY": lib}
+    if backend:
+        env["ACCL_TORCH_PRIVATEUSE1_BACKEND"] = backend
+    p = _py(PRIVATEUSE1, **env)
+    assert p.returncode == 0 and p.stdout.strip() == served, p.stdout + p.stderr
+
+
 def test_import_accl_does_not_import_torch():
     p = _py("import sys, accl; assert 'torch' not in sys.modules, 'torch was imported'")
     assert p.returncode == 0, p.stderr
