@@ -2,7 +2,8 @@
 // node, mapped by the ranks of the communicator on that node (its "members"), holding
 //   - a control line per rank: its barrier epoch (see arrive/waitAll);
 //   - two sets of staging slots, one slot per rank in each: collectives copy through them;
-//   - a channel per ordered pair of ranks (two buffers and head/tail counters) for send/recv.
+//   - a channel per ordered pair of ranks (two buffers and head/tail counters) for send/recv;
+//   - a ring of small boxes for small broadcasts (see nextBox).
 // The segment is unlinked as soon as every rank has mapped it, so it disappears with the last
 // mapping however the processes end.
 #pragma once
@@ -147,14 +148,14 @@ class ShmComm {
   void cmaRead(int r, void* local, uint64_t remote, size_t bytes) const;
   // Copies `bytes` from `local` to address `remote` in rank r's process.
   void cmaWrite(int r, uint64_t remote, const void* local, size_t bytes) const;
-  // Single-copy all-reduce: a private buffer of cmaChunkBytes() per peer, allocated at first
-  // use. 512 KiB chunks measured best at 2 ranks (128 KiB: 1.3x slower from 4 MiB up); with
-  // many ranks they shrink so that the buffers stay within 2 MiB.
+  // Single-copy all-reduce and reduce-scatter: a private buffer of cmaChunkBytes() per peer,
+  // allocated at first use. 512 KiB chunks measured best at 2 ranks (128 KiB: 1.2-1.4x slower
+  // from 4 MiB up); with many ranks they shrink so that the buffers stay within 2 MiB.
   size_t cmaChunkBytes() const {
-    return std::max<size_t>(64 << 10, std::min<size_t>(512 << 10, (2 << 20) / (nranks_ - 1)));
+    return std::max<size_t>(64 << 10,
+                            std::min<size_t>(512 << 10, (2 << 20) / std::max(1, nranks_ - 1)));
   }
   char* cmaScratch();
-
 
   // Throws if this communicator or a peer's was aborted, or (checked at most every 200 ms) the
   // process of an awaited rank is gone. Only awaited ranks count: a rank whose part is done

@@ -10,6 +10,11 @@ Every output line of rank r is prefixed with "[r] ", on the stream it was writte
 fails, the others get SIGTERM, then SIGKILL after a grace period, and the launcher exits with
 the failed rank's status (128 + N for a rank killed by signal N). --timeout S stops all ranks
 after S seconds and exits 124. SIGINT and SIGTERM are forwarded to the ranks.
+
+With no more ranks than CPUs this process may use, rank r is bound to the r-th of N equal shares
+of them (as mpirun binds ranks by default): two ranks that poll shared memory, put on one CPU by
+the scheduler, would each spin away the time the other needs. A share holds every CPU a rank's
+threads may use (4 ranks on 64 CPUs: 16 each). --bind none leaves placement to the scheduler.
 """
 
 from __future__ import annotations
@@ -71,11 +76,21 @@ def _status(code: int) -> int:
     return code if code >= 0 else 128 - code
 
 
+def _shares(n: int) -> list[set[int]] | None:
+    """The CPUs for each of n ranks (equal, contiguous shares of this process's), or None when
+    there are fewer CPUs than ranks."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if n > len(cpus):
+        return None
+    return [set(cpus[r * len(cpus) // n:(r + 1) * len(cpus) // n]) for r in range(n)]
+
+
 class _Ranks:
-    def __init__(self, cmd: list[str], n: int, uid: bytes) -> None:
+    def __init__(self, cmd: list[str], n: int, uid: bytes, bind: bool) -> None:
         port = str(_free_port())
         self.procs: list[subprocess.Popen[bytes]] = []
         self.pumps: list[threading.Thread] = []
+        self.shares = _shares(n) if bind else None
         try:
             self._start(cmd, n, uid, port)
         except BaseException:
@@ -111,6 +126,8 @@ class _Ranks:
                 start_new_session=True,
             )
             self.procs.append(p)
+            if self.shares:
+                os.sched_setaffinity(p.pid, self.shares[r])  # its threads inherit it
             prefix = f"[{r}] ".encode()
             for src, dst, lock in (
                 (p.stdout, sys.stdout.buffer, out_lock),
@@ -154,6 +171,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--timeout", type=float, default=None, help="stop every rank after this many seconds"
     )
+    ap.add_argument(
+        "--bind", choices=("share", "none"), default="share",
+        help="share: bind rank r to the r-th equal share of the CPUs when there are at least as "
+        "many CPUs as ranks (default); none: leave placement to the scheduler",
+    )
     ap.add_argument("prog", help="program to run (a .py file runs under this Python)")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     ns = ap.parse_args(argv)
@@ -176,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            ranks = _Ranks(cmd, ns.nproc, _accl.get_unique_id())
+            ranks = _Ranks(cmd, ns.nproc, _accl.get_unique_id(), ns.bind == "share")
         except OSError as e:
             _say(f"cannot start {ns.prog}: {e}")
             return 127

@@ -276,8 +276,9 @@ def test_collectives_single_copy(nranks):
 @pytest.mark.parametrize("algo", [
     "allreduce:direct;allgather:direct;broadcast:direct;reducescatter:direct", "allreduce:split",
     "allreduce:cma;allgather:cma;broadcast:cma;reducescatter:cma"])
-def test_forced_algorithms(algo):
-    run_ranks(2, collectives_worker, [np.float32, np.int32], [1, 1031, 300001],
+@pytest.mark.parametrize("nranks", [1, 2])
+def test_forced_algorithms(algo, nranks):
+    run_ranks(nranks, collectives_worker, [np.float32, np.int32], [1, 1031, 300001],
               env={"ACCL_ALGO": algo})
 
 

@@ -129,3 +129,22 @@ def test_init_under_the_launcher(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     lines = sorted(p.stdout.splitlines())
     assert lines == [f"[{r}] ok {r} 4 10.0 2 2.0" for r in range(4)], lines
+
+
+def _affinities(*args: str) -> dict[int, list[int]]:
+    script = "import os; print(sorted(os.sched_getaffinity(0)))"
+    p = run_cmd([sys.executable, "-m", "accl.launch", *args, sys.executable, "-c", script])
+    assert p.returncode == 0, p.stderr
+    return {int(line[1:line.index("]")]): eval(line[line.index("] ") + 2:])
+            for line in p.stdout.splitlines()}
+
+
+def test_ranks_are_bound_to_shares_of_the_cpus():
+    cpus = sorted(os.sched_getaffinity(0))
+    n = min(2, len(cpus))
+    got = _affinities("-n", str(n))
+    want = {r: cpus[r * len(cpus) // n:(r + 1) * len(cpus) // n] for r in range(n)}
+    assert got == want
+    # More ranks than CPUs, or --bind none: the scheduler places them.
+    assert _affinities("-n", str(len(cpus) + 1)) == {r: cpus for r in range(len(cpus) + 1)}
+    assert _affinities("--bind", "none", "-n", str(n)) == {r: cpus for r in range(n)}
