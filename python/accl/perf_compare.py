@@ -61,13 +61,17 @@ def _mpirun() -> str | None:
 
 def launch_cmd(library: str, n: int, args: list[str]) -> list[str]:
     sweep = [sys.executable, "-m", "accl.perf", *args, "--library", library]
+    # Bind one rank per core where they fit, as accl.launch does; with more ranks than cores,
+    # bind none (mpirun refuses to oversubscribe unless told).
+    fits = n <= len(os.sched_getaffinity(0))
     if library == "mpich":
         # mpi4py loads whichever MPI library MPI4PY_LIBMPI names; Hydra passes it to the ranks.
-        return [_mpich("bin/mpiexec"), "-n", str(n), "-genv", "MPI4PY_LIBMPI",
-                _mpich("lib/libmpi.so.12"), *sweep]
+        return [_mpich("bin/mpiexec"), "-n", str(n), *(["-bind-to", "core"] if fits else []),
+                "-genv", "MPI4PY_LIBMPI", _mpich("lib/libmpi.so.12"), *sweep]
     if library != "mpi":
         return [sys.executable, "-m", "accl.launch", "-n", str(n), *sweep]
-    cmd = [_mpirun() or "mpirun", "-n", str(n), "--oversubscribe"]
+    cmd = [_mpirun() or "mpirun", "-n", str(n),
+           *(["--bind-to", "core"] if fits else ["--oversubscribe"])]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     # ob1 with the self and sm (Open MPI 5's name for vader) transports: shared memory only.
