@@ -451,7 +451,8 @@ class ProcessGroupACCL : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allreduce(Tensors& tensors,
                                            const c10d::AllreduceOptions& opts) override {
     if (tensors.size() == 1 && tensors[0].defined() && tensors[0].layout() == at::kSparse)
-      return enqueue(OpType::ALLREDUCE, {tensors}, {sparseAllreduceJob(tensors[0], opts.reduceOp)});
+      return enqueue(OpType::ALLREDUCE, {tensors},
+                     {sparseAllreduceJob(tensors[0], opts.reduceOp)});
     checkOne(tensors, "allreduce");
     return enqueue(OpType::ALLREDUCE, {tensors}, {allreduceJob(tensors[0], opts.reduceOp)});
   }

@@ -13,10 +13,10 @@ elements that differ from a numpy reference (#wrong, summed over ranks). Rank 0 
 table to stdout and, when stderr is a terminal, a progress line there; `-J file` also writes
 the results as JSON. The exit status is 1 if any element was wrong.
 
-`--library gloo|mpi` runs the same harness over torch.distributed's gloo or mpi4py instead
-(perf_peers.py). Without a launcher, `-np N` starts N local ranks itself, and `--compare` runs
-the sweep of each library in turn, interleaved over `--passes` passes, and prints medians and
-accl's ratio to each peer (perf_compare.py).
+`--library gloo|mpi|mpich` runs the same harness over torch.distributed's gloo or mpi4py (over
+Open MPI or MPICH) instead (perf_peers.py). Without a launcher, `-np N` starts N local ranks
+itself, and `--compare` runs the sweep of each library in turn, interleaved over `--passes`
+passes, and prints medians and accl's ratio to each peer (perf_compare.py).
 
 Each collective is described by one Collective entry below; the harness does the rest.
 """
@@ -231,7 +231,8 @@ def _count_wrong(got: np.ndarray, want: np.ndarray, dtype: np.dtype, rtol: float
     return int(np.count_nonzero(g != w))
 
 
-LIBRARIES = ("accl", "gloo", "mpi", "mpich", "torch-accl")  # torch-accl: torch.distributed over accl
+# mpi: Open MPI; torch-accl: torch.distributed over accl
+LIBRARIES = ("accl", "gloo", "mpi", "mpich", "torch-accl")
 MODES = ("out_of_place", "in_place")
 
 
