@@ -31,6 +31,12 @@
   X(SocketNsocks, "ACCL_SOCKET_NSOCKS", "2",                                                   \
     "TCP connections per pair of ranks on different nodes; messages of 256 KiB and more are "   \
     "split across them.")                                                                      \
+  X(Heartbeat, "ACCL_HEARTBEAT", "1",                                                           \
+    "Seconds between the heartbeats a rank sends each peer on another node (a byte on a "      \
+    "connection of its own, from a thread of the communicator); 0: none.")                     \
+  X(HeartbeatTimeout, "ACCL_HEARTBEAT_TIMEOUT", "20",                                           \
+    "Seconds without a heartbeat after which a rank waiting on a peer on another node fails "  \
+    "with acclRemoteError naming it (its process stopped or hung, its host or link down).")     \
   X(HostId, "ACCL_HOSTID", "",                                                                 \
     "This process's host identity; ranks with the same one share memory. Default: the host "   \
     "name and /proc/sys/kernel/random/boot_id.")                                               \

@@ -25,9 +25,13 @@ std::string describe(const P2pOp& op) {
                          op.send ? "sent" : "received");
   size_t moved = 0;
   for (int i = 0; i < kMaxSocks; ++i) moved += op.net.done[i];
-  return what + format(" over TCP at %s (%zu of %zu bytes %s)",
-                       op.comm->net()->address(op.peer).c_str(),
-                       moved, op.bytes, op.send ? "sent" : "received");
+  // The heartbeat tells a peer that is alive but elsewhere (late, or waiting on another) from
+  // one that is gone.
+  double beat = op.comm->net()->heartbeatAge(op.peer);
+  return what + format(" over TCP at %s (%zu of %zu bytes %s%s)",
+                       op.comm->net()->address(op.peer).c_str(), moved, op.bytes,
+                       op.send ? "sent" : "received",
+                       beat < 0 ? "" : format("; its last heartbeat %.1f s ago", beat).c_str());
 }
 
 // Moves as many chunks of `op` as its shared-memory channel allows without waiting; true if
@@ -135,6 +139,7 @@ void runP2p(std::vector<P2pOp>& ops) {
       if (op.local < 0) {
         if (__atomic_load_n(op.comm->args().abortFlag, __ATOMIC_ACQUIRE))
           ACCL_THROW(acclRemoteError, "the communicator was aborted");
+        op.comm->net()->checkPeer(op.peer);
         continue;
       }
       // The peer is awaited while this operation cannot move: no data to take, no room to give.

@@ -1,5 +1,6 @@
 #include "transport/tcp.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "auth.h"
@@ -49,6 +51,11 @@ void tune(int fd, double timeout) {
 
 bool aborted(const volatile int* flag) { return __atomic_load_n(flag, __ATOMIC_ACQUIRE); }
 
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 }  // namespace
 
 TcpTransport::TcpTransport(const acclBackendCommArgs_v1* args, const std::vector<bool>& remote)
@@ -57,16 +64,86 @@ TcpTransport::TcpTransport(const acclBackendCommArgs_v1* args, const std::vector
   ACCL_ARG_CHECK(n >= 1 && n <= kMaxSocks, "ACCL_SOCKET_NSOCKS=%lld is not between 1 and %d", n,
                  kMaxSocks);
   nsocks_ = static_cast<int>(n);
-  connectMesh(args, remote);
+  double interval = paramDouble(Param::Heartbeat);
+  beatTimeout_ = paramDouble(Param::HeartbeatTimeout);
+  ACCL_ARG_CHECK(interval >= 0 && beatTimeout_ > 0, "ACCL_HEARTBEAT=%g must be >= 0 and "
+                 "ACCL_HEARTBEAT_TIMEOUT=%g > 0", interval, beatTimeout_);
+  connectMesh(args, remote, interval > 0);
+  if (interval > 0 && std::find(remote.begin(), remote.end(), true) != remote.end()) {
+    if (pipe2(stop_, O_CLOEXEC) != 0) ACCL_SYSCHECK(-1, "pipe2", "for the heartbeat thread");
+    beats_ = std::thread([this, interval] { heartbeatLoop(interval); });
+  }
+}
+
+TcpTransport::~TcpTransport() {
+  if (beats_.joinable()) {
+    char b = 0;
+    (void)!write(stop_[1], &b, 1);
+    beats_.join();
+  }
+  for (int fd : stop_)
+    if (fd >= 0) ::close(fd);
+}
+
+// Sends a byte to every peer each interval and stamps each peer's arrivals. A peer whose
+// connection closed or failed is no longer polled: its stamp ages, which only matters while a
+// rank waits on it, and then its data connections report the closure first.
+void TcpTransport::heartbeatLoop(double interval) {
+  std::vector<pollfd> fds;
+  std::vector<int> who;
+  std::vector<bool> gone(nranks_);
+  const int64_t step = static_cast<int64_t>(interval * 1e9);
+  int64_t next = nowNs();
+  char sink[256];
+  for (;;) {
+    int64_t now = nowNs();
+    if (now >= next) {
+      for (int q = 0; q < nranks_; ++q)
+        if (!socks_[q].empty() && !gone[q])
+          (void)send(socks_[q][nsocks_].fd(), "h", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+      next = std::max(next + step, now);
+    }
+    fds.assign(1, {stop_[0], POLLIN, 0});
+    who.assign(1, -1);
+    for (int q = 0; q < nranks_; ++q)
+      if (!socks_[q].empty() && !gone[q]) {
+        fds.push_back({socks_[q][nsocks_].fd(), POLLIN, 0});
+        who.push_back(q);
+      }
+    int ms = static_cast<int>((next - nowNs()) / 1000000) + 1;
+    if (poll(fds.data(), fds.size(), ms) < 0 && errno != EINTR) return;
+    if (fds[0].revents) return;
+    for (size_t k = 1; k < fds.size(); ++k) {
+      if (!fds[k].revents) continue;
+      ssize_t got = recv(fds[k].fd, sink, sizeof(sink), MSG_DONTWAIT);
+      if (got > 0) lastBeat_[who[k]].store(nowNs(), std::memory_order_relaxed);
+      else if (got == 0 || (errno != EAGAIN && errno != EINTR)) gone[who[k]] = true;
+    }
+  }
+}
+
+double TcpTransport::heartbeatAge(int r) const {
+  int64_t last = lastBeat_ ? lastBeat_[r].load(std::memory_order_relaxed) : 0;
+  return last ? (nowNs() - last) / 1e9 : -1;
+}
+
+void TcpTransport::checkPeer(int r) const {
+  double age = heartbeatAge(r);
+  if (beats_.joinable() && age > beatTimeout_)
+    ACCL_THROW(acclRemoteError, "%s sent no heartbeat for %.1f s (ACCL_HEARTBEAT_TIMEOUT=%g): "
+               "its process is stopped or hung, or its host or the link is down",
+               peerName(r).c_str(), age, beatTimeout_);
 }
 
 void TcpTransport::connectMesh(const acclBackendCommArgs_v1* args,
-                               const std::vector<bool>& remote) {
+                               const std::vector<bool>& remote, bool heartbeat) {
   const volatile int* abortFlag = args->abortFlag;
   Deadline dl = Deadline::in(args->timeout);
   std::vector<TcpEndpoint> eps(nranks_);
   TcpEndpoint& mine = eps[rank_];
   mine.nsocks = nsocks_;
+  mine.heartbeat = heartbeat;
+  const int conns = nsocks_ + 1;  // the data connections and the heartbeat's
   Socket listener;
   bool any = std::find(remote.begin(), remote.end(), true) != remote.end();
   if (any) {
@@ -92,14 +169,16 @@ void TcpTransport::connectMesh(const acclBackendCommArgs_v1* args,
     addrs_[q] = fromWire(eps[q].addr);
     eps[q].host[sizeof(eps[q].host) - 1] = 0;
     hosts_[q] = eps[q].host;
-    socks_[q].resize(nsocks_);
+    socks_[q].resize(conns);
   }
+  lastBeat_.reset(new std::atomic<int64_t>[nranks_]);
+  for (int q = 0; q < nranks_; ++q) lastBeat_[q] = remote[q] && eps[q].heartbeat ? nowNs() : 0;
 
   // The lower rank of each pair connects. Connections complete in the listener's backlog, so
   // connecting first and accepting second cannot deadlock.
   for (int q = rank_ + 1; q < nranks_; ++q) {
     if (!remote[q]) continue;
-    for (int i = 0; i < nsocks_; ++i) {
+    for (int i = 0; i < conns; ++i) {
       Socket s;
       try {
         s = Socket::connect(addrs_[q], dl, abortFlag);
@@ -125,7 +204,7 @@ void TcpTransport::connectMesh(const acclBackendCommArgs_v1* args,
   };
   std::vector<Pending> pending;
   int expected = 0;
-  for (int q = 0; q < rank_; ++q) expected += remote[q] ? nsocks_ : 0;
+  for (int q = 0; q < rank_; ++q) expected += remote[q] ? conns : 0;
   auto missing = [&] {
     std::string m;
     for (int q = 0; q < rank_; ++q) {
@@ -168,7 +247,7 @@ void TcpTransport::connectMesh(const acclBackendCommArgs_v1* args,
       if (h.magic != kTcpHelloMagic) drop(p, "not an accl peer");
       else if (!sameToken(h.token, mine.token)) drop(p, "wrong token (not of this communicator)");
       else if (h.rank < 0 || h.rank >= rank_ || !remote[h.rank] || h.sock < 0 ||
-               h.sock >= nsocks_ || socks_[h.rank][h.sock].valid())
+               h.sock >= conns || socks_[h.rank][h.sock].valid())
         drop(p, format("unexpected connection %d of rank %d", h.sock, h.rank));
       else {
         tune(p.s.fd(), args->timeout);
@@ -307,8 +386,8 @@ void TcpTransport::announceFailure(const std::string& why) {
       m.msg_iovlen = 2;
       (void)sendmsg(socks_[q][0].fd(), &m, MSG_DONTWAIT | MSG_NOSIGNAL);  // best effort
     }
-    for (auto& sock : socks_[q])
-      if (sock.valid()) shutdown(sock.fd(), SHUT_WR);
+    for (int i = 0; i < nsocks_; ++i)  // the heartbeat goes on: this process is alive
+      if (socks_[q][i].valid()) shutdown(socks_[q][i].fd(), SHUT_WR);
   }
 }
 

@@ -17,13 +17,24 @@
 // stream on socket 0 is between messages it sends a failure header and the text, then it shuts
 // down its sending side. A peer receiving from it fails at once with that text (which names
 // the rank that died, say), or, where the frame could not be sent, with the closed connection.
+//
+// Heartbeats (ACCL_HEARTBEAT): each pair has one more connection, on which a thread of the
+// communicator sends a byte every interval and notes when the peer's last arrived. A closed
+// connection is seen by the data connections too; what only the heartbeat sees is silence: a
+// peer whose process is stopped or hung in the kernel, or whose host or link vanished without a
+// reset. A rank waiting on such a peer fails after ACCL_HEARTBEAT_TIMEOUT seconds naming it,
+// instead of at the communicator's timeout (its node-mates, waiting on it through shared memory,
+// still wait for that).
 #pragma once
 
 #include <poll.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "accl/backend.h"
@@ -38,6 +49,7 @@ constexpr int kMaxSocks = 16;
 struct TcpEndpoint {
   WireAddr addr;  // family 0: this rank has no peer on another node
   int32_t nsocks;
+  int32_t heartbeat;  // 1: this rank sends heartbeats
   uint8_t token[16];
   char host[64];  // gethostname, for messages
 };
@@ -70,6 +82,7 @@ class TcpTransport {
   // Collective over all ranks of the communicator (two bootstrap all-gathers); connects this
   // rank with every rank r where remote[r]. Throws with the ranks that did not connect.
   TcpTransport(const acclBackendCommArgs_v1* args, const std::vector<bool>& remote);
+  ~TcpTransport();
   TcpTransport(const TcpTransport&) = delete;
   TcpTransport& operator=(const TcpTransport&) = delete;
 
@@ -82,26 +95,39 @@ class TcpTransport {
   // After this rank failed for `why`: tells every peer on another node (see above). Sends only
   // what the kernel takes at once; never blocks.
   void announceFailure(const std::string& why);
+  // Throws acclRemoteError naming peer r when it sent no heartbeat for ACCL_HEARTBEAT_TIMEOUT.
+  void checkPeer(int r) const;
+  // Seconds since peer r's last heartbeat arrived; negative where it sends none.
+  double heartbeatAge(int r) const;
   // "rank 3 (10.0.0.2:4711)", and the address alone.
   std::string peerName(int r) const;
   std::string address(int r) const { return addrs_[r].str(); }
   int nsocks() const { return nsocks_; }
 
  private:
-  void connectMesh(const acclBackendCommArgs_v1* args, const std::vector<bool>& remote);
+  void connectMesh(const acclBackendCommArgs_v1* args, const std::vector<bool>& remote,
+                   bool heartbeat);
   size_t part(size_t bytes, int sock, size_t* off) const;  // bytes of `sock`'s part; its offset
   // Throws acclRemoteError for a connection that closed (err 0) or failed.
   [[noreturn]] void lost(const NetOp& op, int sock, int err) const;
   // Throws the failure a peer announced: `got` bytes of its text are at `text`, the rest is
   // still on socket 0.
   [[noreturn]] void peerFailed(const NetOp& op, const char* text, size_t got) const;
+  void heartbeatLoop(double interval);
 
   int rank_, nranks_, nsocks_;
   std::vector<SockAddr> addrs_;             // every rank's listening address
   std::vector<std::string> hosts_;          // and host name
-  std::vector<std::vector<Socket>> socks_;  // [peer][i]; empty for peers on this node
+  std::vector<std::vector<Socket>> socks_;  // [peer][i]; empty for peers on this node; the
+                                            // last (index nsocks_) carries heartbeats
   std::vector<uint8_t> midSend_;            // [peer]: socket 0 is inside a message to it
   bool announced_ = false;                  // announceFailure ran
+  // Heartbeats: the peer's last, in steady-clock nanoseconds (0: it sends none); the thread and
+  // the pipe that stops it.
+  std::unique_ptr<std::atomic<int64_t>[]> lastBeat_;
+  double beatTimeout_ = 0;
+  std::thread beats_;
+  int stop_[2] = {-1, -1};
 };
 
 }  // namespace cpu
