@@ -42,7 +42,8 @@
     "name and /proc/sys/kernel/random/boot_id.")                                               \
   X(Algo, "ACCL_ALGO", "",                                                                     \
     "Forces an algorithm: a list of collective:algorithm items separated by ; or , "          \
-    "(allreduce:ring, allreduce:hier, allreduce:hierring); default: by node count and size.")   \
+    "(allreduce:ring, broadcast:hiertree, ...; docs/environment.md lists them); default: by "   \
+    "node count and size.")                                                                    \
   X(ShmSlotBytes, "ACCL_SHM_SLOT_BYTES", "0",                                                  \
     "Bytes of shared-memory staging per rank and buffer (two buffers per rank); 0: 16 MiB "    \
     "divided by the rank count, between 1 and 4 MiB.")                                          \

@@ -1,10 +1,11 @@
-"""All-reduce across nodes over a rate-limited link: accl, gloo and Open MPI in the same run.
+"""A collective across nodes over a rate-limited link: accl, gloo and Open MPI in the same run.
 
 Builds `--nodes` network namespaces (accl._netns, the same code the multi-node test uses) whose
 links are limited to each `--rates` value in turn (tc tbf on both ends of each node's veth:
 `rate` bits/s each way per node), runs the accl.perf all_reduce sweep on `--ranks-per-node`
-ranks per node for every library, interleaved pass by pass, and prints per size the median
-time and busbw of each library and their ratio to the link-limited optimum:
+ranks per node for every library, interleaved pass by pass (`--op`: all_reduce, all_gather or
+reduce_scatter), and prints per size the median time and busbw of each library and their ratio
+to the link-limited optimum, the same for the three:
 
     busbw_opt = B · N(n-1) / ((N-1) n)      B: link rate in bytes/s, N nodes, n = N·k ranks
 
@@ -38,7 +39,10 @@ PYDIR = os.path.join(ROOT, "python")
 
 
 def optimum_busbw(rate_bits: int, nodes: int, nranks: int) -> float:
-    """GB/s: the busbw of an all-reduce whose inter-node traffic runs at the link rate."""
+    """GB/s: the busbw of an all-reduce whose inter-node traffic runs at the link rate. An
+    all-gather or reduce-scatter of the same size gets the same: each node's link must carry the
+    other nodes' (N-1)k blocks of m = size/n, so time = (N-1)·size/(N·B), and busbw is
+    size/time·(n-1)/n."""
     b = rate_bits / 8 / 1e9
     return b * nodes * (nranks - 1) / ((nodes - 1) * nranks)
 
@@ -55,6 +59,7 @@ def _env(net: netns.Net, node: int, extra: dict[str, str]) -> dict[str, str]:
 
 def run_direct(net: netns.Net, k: int, lib: str, sweep: list[str], out: str, log,
                timeout: float) -> None:
+    # sweep[0] is the collective; "accl:ALGO" forces ACCL_ALGO=<collective>:ALGO
     """Every rank as torchrun would start it, each in its node's namespace."""
     n = len(net.ns) * k
     port = str(20000 + int(uuid.uuid4().hex[:4], 16) % 10000)
@@ -64,8 +69,8 @@ def run_direct(net: netns.Net, k: int, lib: str, sweep: list[str], out: str, log
         env = _env(net, node, dict(RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r % k),
                                    LOCAL_WORLD_SIZE=str(k), MASTER_ADDR=net.ip[0],
                                    MASTER_PORT=port, GROUP_RANK=str(node)))
-        if lib.startswith("accl:"):  # accl with ACCL_ALGO=allreduce:<algo>
-            env["ACCL_ALGO"] = "allreduce:" + lib.split(":", 1)[1]
+        if lib.startswith("accl:"):
+            env["ACCL_ALGO"] = sweep[0].replace("_", "") + ":" + lib.split(":", 1)[1]
         cmd = [*net.exec(node), sys.executable, "-m", "accl.perf", *sweep, "--library",
                lib.split(":")[0]]
         if r == 0:
@@ -146,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=2)
     ap.add_argument("--ranks-per-node", type=int, default=2)
     ap.add_argument("--libraries", default="accl,gloo,mpi",
-                    help="accl, accl:ALGO (ACCL_ALGO=allreduce:ALGO), gloo, mpi")
+                    help="accl, accl:ALGO (ACCL_ALGO=<op>:ALGO), gloo, mpi")
+    ap.add_argument("--op", default="all_reduce",
+                    choices=["all_reduce", "all_gather", "reduce_scatter"])
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--mtu", type=int, default=1500)
     ap.add_argument("-b", default="1M")
@@ -169,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("multinode: mpi needs unshare (util-linux)")
     k, nodes = args.ranks_per_node, args.nodes
     nranks = k * nodes
-    sweep = ["all_reduce", "-b", args.b, "-e", args.e, "-f", args.f, "-n", args.n, "-w", args.w,
+    sweep = [args.op, "-b", args.b, "-e", args.e, "-f", args.f, "-n", args.n, "-w", args.w,
              "-c", "1", "-d", "float32"]
     result = {"nodes": nodes, "ranks_per_node": k, "sweep": sweep, "rates": {}}
     for rate in args.rates.split(","):
@@ -200,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         med = perf_compare.medians(rows, nranks)
         opt = optimum_busbw(netns.rate_bits(rate), nodes, nranks)
         probe = statistics.median(probes)
-        print(table(rate, opt, libs, med, args.passes, nodes, k))
+        print(table(args.op, rate, opt, libs, med, args.passes, nodes, k))
         print(f"# one TCP connection each way between two nodes, both directions at once: "
               f"{probe:.4f} GB/s = {probe / (netns.rate_bits(rate) / 8e9):.3f} of the link rate")
         wrong = sum((r[m] or {}).get("wrong") or 0 for r in rows for m in ("out_of_place",
@@ -214,11 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def table(rate: str, opt: float, libs: list[str], med: list[dict], passes: int, nodes: int,
+def table(op: str, rate: str, opt: float, libs: list[str], med: list[dict], passes: int, nodes: int,
           k: int) -> str:
     at = {(m["library"], m["size"]): m for m in med if m["mode"] == "out_of_place"}
     sizes = sorted({s for (_, s) in at})
-    lines = [f"# all_reduce, {nodes} nodes x {k} ranks, link {rate} each way per node, float32, "
+    lines = [f"# {op}, {nodes} nodes x {k} ranks, link {rate} each way per node, float32, "
              f"out of place, median of {passes} interleaved passes",
              f"# optimum busbw {opt:.4f} GB/s; ratio = busbw / optimum",
              f"# {'size':>10s}" + "".join(f"  {lib + ' time':>12s}  {'busbw':>7s}  {'ratio':>5s}"

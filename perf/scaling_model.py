@@ -17,13 +17,32 @@ import json
 import math
 from dataclasses import dataclass
 
-# The selection in backends/cpu/algorithms/all_reduce_hier.cc (kChunk, kPipeMaxNodes, useDirect).
+# The selection in backends/cpu/algorithms/all_reduce_hier.cc (kChunk, kPipeMaxNodes, pick) and
+# broadcast_hier.cc (useTree), in bytes at the link rate: R a round, M one more message.
 CHUNK = 4 << 20
 PIPE_MAX_NODES = 256
+R, M = 24 << 10, 2 << 10
 
 
-def use_direct(N: int, S: float) -> bool:
-    return S <= CHUNK and S * (N - 1) * (N - 2) / N < (24 << 10) + (N - 1) * (2 << 10)
+def doubling_rounds(N: int) -> int:
+    p = 1 << (N.bit_length() - 1)
+    return p.bit_length() - 1 + (2 if p < N else 0)
+
+
+def pick(N: int, S: float) -> str:
+    """The leaders' phase of hier: direct, doubling, pieces (pipelined) or ring."""
+    if S > CHUNK:
+        return "ring" if N > PIPE_MAX_NODES else "pieces"
+    direct = R + (N - 1) * (M + S)
+    doubling = doubling_rounds(N) * (R + M + S)
+    pieces = 2 * R + 2 * (N - 1) * (M + S / N)
+    if direct <= doubling and direct <= pieces:
+        return "direct"
+    return "doubling" if doubling < pieces else "pieces"
+
+
+def use_tree(N: int, S: float) -> bool:
+    return math.ceil(math.log2(N)) * (R + M + S) < R + (N - 1) * (M + S)
 
 
 @dataclass
@@ -47,8 +66,13 @@ def _shm(p: Params, b: float, s: float) -> float:
 
 
 def hier(p: Params, N: int, L: int, S: float) -> float:
-    """The default: direct when small, pipelined to 256 nodes, else hierring."""
-    if use_direct(N, S) or (N > PIPE_MAX_NODES and S > CHUNK):
+    """The default: the leaders' phase by pick()."""
+    how = pick(N, S)
+    if how == "direct":
+        return _phases(p, L, S, p.a_net + (N - 1) * (p.o + S * p.b_net) + N * S * p.g)
+    if how == "doubling":
+        return hierdoubling(p, N, L, S)
+    if how == "ring":
         return hierring(p, N, L, S)
     k = math.ceil(S / CHUNK)
     c = S / k
@@ -60,10 +84,21 @@ def hier(p: Params, N: int, L: int, S: float) -> float:
             + max(half, bc) + bc)  # the last all-gather while B(k-2); B(k-1)
 
 
+def _phases(p: Params, L: int, S: float, leaders: float) -> float:
+    """Reduce inside the node, the leaders' phase, broadcast inside the node, in turn."""
+    return _shm(p, p.b_red, S) + leaders + _shm(p, p.b_bc, S)
+
+
 def hierring(p: Params, N: int, L: int, S: float) -> float:
-    lead = (p.a_net + (N - 1) * (p.o + S * p.b_net) + N * S * p.g if use_direct(N, S)
-            else 2 * (N - 1) * (p.a_net + p.o + S / N * p.b_net) + (N - 1) * S / N * p.g)
-    return _shm(p, p.b_red, S) + lead + _shm(p, p.b_bc, S)
+    if pick(N, S) == "direct":
+        return hier(p, N, L, S)
+    return _phases(p, L, S, 2 * (N - 1) * (p.a_net + p.o + S / N * p.b_net)
+                   + (N - 1) * S / N * p.g)
+
+
+def hierdoubling(p: Params, N: int, L: int, S: float) -> float:
+    k = doubling_rounds(N)
+    return _phases(p, L, S, k * (p.a_net + p.o + S * p.b_net + S * p.g))
 
 
 def ring(p: Params, N: int, L: int, S: float) -> float:
@@ -77,6 +112,14 @@ def all_gather_ring(p: Params, N: int, L: int, m: float) -> float:
     return (n - 1) * (p.a_net + p.o + m * p.b_net)
 
 
+def all_gather_hier(p: Params, N: int, L: int, m: float) -> float:
+    """Gather L blocks to the leader, leaders exchange L·m with every other leader at once,
+    broadcast the n blocks inside the node."""
+    n = N * L
+    return (_shm(p, p.b_bc, L * m) + p.a_net + (N - 1) * (p.o + L * m * p.b_net)
+            + _shm(p, p.b_bc, n * m))
+
+
 def pairwise(p: Params, N: int, L: int, m: float) -> float:
     """reduce_scatter / alltoall: every rank sends a block of m to every other rank at once; a
     node's link carries L·L·(N-1) blocks each way."""
@@ -84,8 +127,25 @@ def pairwise(p: Params, N: int, L: int, m: float) -> float:
     return p.a_net + (n - 1) * p.o + L * L * (N - 1) * m * p.b_net
 
 
+def reduce_scatter_hier(p: Params, N: int, L: int, m: float) -> float:
+    """Reduce the n blocks to the leader, leaders exchange L·m with every other leader and
+    reduce N copies of their L blocks, scatter inside the node."""
+    n = N * L
+    return (_shm(p, p.b_red, n * m) + p.a_net + (N - 1) * (p.o + L * m * p.b_net)
+            + N * L * m * p.g + _shm(p, p.b_bc, L * m))
+
+
 def broadcast_hier(p: Params, N: int, L: int, S: float) -> float:
+    """The default: direct or tree by use_tree()."""
+    return broadcast_tree(p, N, L, S) if use_tree(N, S) else broadcast_direct(p, N, L, S)
+
+
+def broadcast_direct(p: Params, N: int, L: int, S: float) -> float:
     return p.a_net + (N - 1) * (p.o + S * p.b_net) + _shm(p, p.b_bc, S)
+
+
+def broadcast_tree(p: Params, N: int, L: int, S: float) -> float:
+    return math.ceil(math.log2(N)) * (p.a_net + p.o + S * p.b_net) + _shm(p, p.b_bc, S)
 
 
 def fmt(t: float) -> str:
@@ -93,39 +153,53 @@ def fmt(t: float) -> str:
 
 
 def table(p: Params, L: int) -> str:
-    rows = ["| nodes | size | hier (default) | hierring | flat ring | all_gather ring (m = size/n) "
-            "| reduce_scatter pairwise (m = size/n) | broadcast hier |", "|---" * 8 + "|"]
+    cols = [("all_reduce hier (default)", hier), ("hierring", hierring),
+            ("hierdoubling", hierdoubling), ("flat ring", ring),
+            ("all_gather hier (default)", all_gather_hier), ("all_gather ring", all_gather_ring),
+            ("reduce_scatter hier (default)", reduce_scatter_hier),
+            ("reduce_scatter pairwise", pairwise), ("broadcast hier (default)", broadcast_hier),
+            ("broadcast direct", broadcast_direct)]
+    per_block = {all_gather_hier, all_gather_ring, reduce_scatter_hier, pairwise}
+    rows = ["| nodes | size | " + " | ".join(c for c, _ in cols) + " | all_reduce leaders |",
+            "|---" * (len(cols) + 3) + "|"]
     for N in (2, 8, 64, 1024):
         for S in (64 << 10, 2 << 20, 64 << 20):
             n = N * L
-            rows.append(f"| {N} | {S >> 10} KiB | {fmt(hier(p, N, L, S))} | "
-                        f"{fmt(hierring(p, N, L, S))} | {fmt(ring(p, N, L, S))} | "
-                        f"{fmt(all_gather_ring(p, N, L, S / n))} | "
-                        f"{fmt(pairwise(p, N, L, S / n))} | {fmt(broadcast_hier(p, N, L, S))} |")
+            cells = [fmt(f(p, N, L, S / n if f in per_block else S)) for _, f in cols]
+            rows.append(f"| {N} | {S >> 10} KiB | " + " | ".join(cells) + f" | {pick(N, S)} |")
     return "\n".join(rows)
 
 
-MODELS = {"accl": hier, "accl:hier": hier, "accl:hierring": hierring, "accl:ring": ring}
+# perf/multinode.py's library names, per collective; all_gather and reduce_scatter sizes are
+# the whole buffer (n blocks of m).
+MODELS = {"all_reduce": {"accl": hier, "accl:hier": hier, "accl:hierring": hierring,
+                         "accl:hierdoubling": hierdoubling, "accl:ring": ring},
+          "all_gather": {"accl": all_gather_hier, "accl:hier": all_gather_hier,
+                         "accl:ring": all_gather_ring},
+          "reduce_scatter": {"accl": reduce_scatter_hier, "accl:hier": reduce_scatter_hier,
+                             "accl:pairwise": pairwise}}
 
 
 def check(paths: list[str], p: Params) -> str:
-    rows = ["| nodes × ranks | link | size | algorithm | predicted | measured | measured / "
-            "predicted |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| nodes × ranks | link | collective | size | algorithm | predicted | measured | "
+            "measured / predicted |",
+            "|---|---|---|---|---|---|---|---|"]
     for path in paths:
         run = json.load(open(path))
         N, L = run["nodes"], run["ranks_per_node"]
+        op = run["sweep"][0]
+        blocks = op != "all_reduce"
         for rate, r in run["rates"].items():
             # The link's TCP payload rate as measured in that run (the probe).
             probe = sorted(r["tcp_probe"])[len(r["tcp_probe"]) // 2]
             q = Params(**{**p.__dict__, "b_net": 1 / (probe * 1e9)})
             for m in sorted(r["medians"], key=lambda m: (m["library"], m["size"])):
-                f = MODELS.get(m["library"])
+                f = MODELS[op].get(m["library"])
                 if not f or m["mode"] != "out_of_place":
                     continue
-                pred = f(q, N, L, m["size"])
+                pred = f(q, N, L, m["size"] / (N * L) if blocks else m["size"])
                 meas = m["time_us"] * 1e-6
-                rows.append(f"| {N} × {L} | {rate} | {m['size'] >> 10} KiB | {m['library']} | "
+                rows.append(f"| {N} × {L} | {rate} | {op} | {m['size'] >> 10} KiB | {m['library']} | "
                             f"{fmt(pred)} | {fmt(meas)} | {meas / pred:.2f} |")
     return "\n".join(rows)
 

@@ -33,9 +33,16 @@ const Named kNamed[] = {
     {"allreduce:ring", kAllReduce, allReduceRing, false},
     {"allreduce:hier", kAllReduce, allReduceHier, false},
     {"allreduce:hierring", kAllReduce, allReduceHierRing, false},
+    {"allreduce:hierdoubling", kAllReduce, allReduceHierDoubling, false},
+    {"broadcast:hier", kBroadcast, broadcastHier, false},
+    {"broadcast:hiertree", kBroadcast, broadcastHierTree, false},
     {"allreduce:direct", kAllReduce, onShm<allReduceDirect>, true},
     {"allreduce:split", kAllReduce, onShm<allReduceSplit>, true},
     {"allreduce:cma", kAllReduce, onShm<allReduceCma>, true},
+    {"allgather:ring", kAllGather, allGatherRing, false},
+    {"allgather:hier", kAllGather, allGatherHier, false},
+    {"reducescatter:pairwise", kReduceScatter, reduceScatterPairwise, false},
+    {"reducescatter:hier", kReduceScatter, reduceScatterHier, false},
     {"allgather:direct", kAllGather, onShm<allGatherDirect>, true},
     {"allgather:cma", kAllGather, onShm<allGatherCma>, true},
     {"reducescatter:direct", kReduceScatter, onShm<reduceScatterDirect>, true},
@@ -101,17 +108,21 @@ CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
     node_[q] = it->second;
     local_[q] = count[it->second]++;
   }
-  std::vector<int> members;
-  for (int q = 0; q < n; ++q)
-    if (node_[q] == node_[me]) members.push_back(q);
-  shm_ = std::make_unique<ShmComm>(args, members);
+  members_.resize(leaders_.size());
+  for (int q = 0; q < n; ++q) members_[node_[q]].push_back(q);
+  int at = 0;
+  for (const auto& m : members_) {
+    starts_.push_back(at);
+    at += static_cast<int>(m.size());
+  }
+  shm_ = std::make_unique<ShmComm>(args, members_[node_[me]]);
   if (!singleNode()) {
     std::vector<bool> remote(n);
     for (int q = 0; q < n; ++q) remote[q] = node_[q] != node_[me];
     net_ = std::make_unique<TcpTransport>(args, remote);
   }
   ACCL_INFO("INIT", "rank %d: %d node(s); this node (%s) holds %zu rank(s), led by rank %d", me,
-            nnodes(), hosts[me].id, members.size(), leaders_[node()]);
+            nnodes(), hosts[me].id, members_[node()].size(), leaders_[node()]);
 
   if (singleNode()) {
     algo[kAllReduce] = onShm<allReduceAuto>;
@@ -127,8 +138,8 @@ CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
     algo[kAllReduce] = allReduceHier;
     algo[kBroadcast] = broadcastHier;
     algo[kReduce] = reduceHier;
-    algo[kAllGather] = allGatherRing;
-    algo[kReduceScatter] = reduceScatterPairwise;
+    algo[kAllGather] = allGatherHier;
+    algo[kReduceScatter] = reduceScatterHier;
     algo[kAlltoAll] = alltoAllPairwise;
     algo[kGather] = gatherPairwise;
     algo[kScatter] = scatterPairwise;

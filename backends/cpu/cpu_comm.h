@@ -55,6 +55,10 @@ class CpuComm {
   // The lowest rank of each node, by node: the ranks that talk across nodes.
   const std::vector<int>& leaders() const { return leaders_; }
   bool isLeader() const { return leaders_[node()] == rank(); }
+  // The ranks of node j in local order, and the number of ranks on the nodes before it (where
+  // node j's blocks start when blocks are laid out node after node).
+  const std::vector<int>& nodeRanks(int j) const { return members_[j]; }
+  int nodeStart(int j) const { return starts_[j]; }
 
   // The algorithm each collective runs, chosen at creation (ACCL_ALGO, node count).
   Algo algo[kNumColls];
@@ -74,7 +78,8 @@ class CpuComm {
 
  private:
   const acclBackendCommArgs_v1* args_;
-  std::vector<int> node_, local_, leaders_;
+  std::vector<int> node_, local_, leaders_, starts_;
+  std::vector<std::vector<int>> members_;
   std::unique_ptr<ShmComm> shm_;
   std::unique_ptr<TcpTransport> net_;
   std::vector<char> scratch_;

@@ -51,17 +51,26 @@ void broadcastAuto(ShmComm& c, const CollArgs& a);
 void reduceScatterAuto(ShmComm& c, const CollArgs& a);
 
 // Across nodes. hier: reduce inside each node, all-reduce among node leaders over TCP, broadcast
-// inside each node; large messages on up to 16 nodes pipelined in chunks (leaders: direct
-// reduce-scatter and all-gather per chunk), else hierring. hierring: the three phases in turn,
-// the leaders' phase direct when small, a ring when large. ring: one flat ring over all ranks
+// inside each node; the leaders' phase by the cost model (all_reduce_hier.cc): direct, recursive
+// doubling, or direct reduce-scatter + all-gather pipelined in chunks (a ring beyond 256
+// nodes). hierring: the three phases in turn, the leaders' phase direct when the model picks
+// it, else a ring; hierdoubling: always recursive doubling. ring: one flat ring over all ranks
 // (reduce-scatter then all-gather), shared memory between neighbours on a node, TCP otherwise.
 void allReduceHier(CpuComm& c, const CollArgs& a);
 void allReduceHierRing(CpuComm& c, const CollArgs& a);
 void allReduceRing(CpuComm& c, const CollArgs& a);
+void allReduceHierDoubling(CpuComm& c, const CollArgs& a);
+// hier: the root sends to each node's leader, directly or along a binomial tree (by size and
+// node count), then each node broadcasts in shared memory; hiertree: always the tree.
 void broadcastHier(CpuComm& c, const CollArgs& a);
+void broadcastHierTree(CpuComm& c, const CollArgs& a);
 void reduceHier(CpuComm& c, const CollArgs& a);
 void allGatherRing(CpuComm& c, const CollArgs& a);
 void reduceScatterPairwise(CpuComm& c, const CollArgs& a);
+// hier: gather (reduce) to each node's leader, leaders exchange their nodes' blocks, broadcast
+// (scatter) inside each node; a node's link carries each block once.
+void allGatherHier(CpuComm& c, const CollArgs& a);
+void reduceScatterHier(CpuComm& c, const CollArgs& a);
 void alltoAllPairwise(CpuComm& c, const CollArgs& a);
 void gatherPairwise(CpuComm& c, const CollArgs& a);
 void scatterPairwise(CpuComm& c, const CollArgs& a);
@@ -75,6 +84,11 @@ void ringAllReduce(CpuComm& c, const std::vector<int>& group, int me, char* buf,
                    acclDataType_t type, acclRedOp_t op);
 void directAllReduce(CpuComm& c, const std::vector<int>& group, int me, char* buf, size_t count,
                      acclDataType_t type, acclRedOp_t op);
+// Recursive doubling: log2(p) rounds (p the largest power of two in the group), each exchanging
+// the whole buffer with the partner at distance 1, 2, 4, ...; the m-p ranks beyond p first fold
+// their buffer into rank me-p and get the result back (two more rounds).
+void doublingAllReduce(CpuComm& c, const std::vector<int>& group, int me, char* buf,
+                       size_t count, acclDataType_t type, acclRedOp_t op);
 
 // [begin, end) of part `i` of `n` parts of `len` elements; boundaries fall on cache lines so
 // ranks writing neighbouring parts do not share one.

@@ -2,17 +2,19 @@
 // all-reduce among the leaders over TCP, broadcast inside each node. Only leaders use the
 // network.
 //
-// The leaders' phase, by the cost model of docs/scaling.md (useDirect, kPipeMaxNodes):
-// - direct (one round, every leader sends its whole buffer to every other) while its extra bytes
-//   cost less than the extra round of the alternative: always on 2 nodes up to one chunk, on
-//   more nodes only for small messages;
-// - else pipelined in chunks, so that the link is busy while the node reduces and broadcasts.
-//   Per chunk the leaders run a direct reduce-scatter (leader j gets piece j from every leader
-//   and reduces it) then a direct all-gather of the pieces: 2(m-1)/m of the chunk each way per
-//   leader, the bandwidth optimum. Step i carries the all-gather of chunk i and, queued right
-//   behind it on each connection, the reduce-scatter of chunk i+1: it is started (its bytes
-//   handed to the kernel), the node's shared-memory work for the neighbouring chunks runs
-//   (broadcast of chunk i-1, reduce of chunk i+2), then the step completes: the link waits
+// The leaders' phase, by the cost model of docs/scaling.md (pick, kPipeMaxNodes):
+// - up to one chunk, the cheapest by the model of: direct (one round, every leader sends its
+//   whole buffer to every other), recursive doubling (log2 m rounds of the whole buffer with one
+//   partner), or reduce-scatter + all-gather (two rounds of pieces). Direct wins on 2 nodes and
+//   for small messages, doubling for mid-size messages on hundreds of nodes, the two rounds of
+//   pieces in between;
+// - larger messages pipelined in chunks, so that the link is busy while the node reduces and
+//   broadcasts. Per chunk the leaders run a direct reduce-scatter (leader j gets piece j from
+//   every leader and reduces it) then a direct all-gather of the pieces: 2(m-1)/m of the chunk
+//   each way per leader, the bandwidth optimum. Step i carries the all-gather of chunk i and,
+//   queued right behind it on each connection, the reduce-scatter of chunk i+1: it is started
+//   (its bytes handed to the kernel), the node's shared-memory work for the neighbouring chunks
+//   runs (broadcast of chunk i-1, reduce of chunk i+2), then the step completes: the link waits
 //   only for the reduction of one piece per chunk;
 // - above kPipeMaxNodes nodes, for messages over a chunk: the unpipelined ring among leaders
 //   (pieces of a chunk would be too small to carry each message's cost).
@@ -35,39 +37,55 @@ constexpr int kPipeMaxNodes = 256;  // pieces of a chunk stay >= 16 KiB
 // and the CPU cost of one more message (~2 us).
 constexpr double kRoundBytes = 24 << 10, kMessageBytes = 2 << 10;
 
-// Direct costs a round plus (m-1) messages of S; reduce-scatter + all-gather two rounds plus
-// 2(m-1) messages of S/m: direct wins while S(m-1)(m-2)/m < one round + (m-1) messages.
-bool useDirect(int m, size_t bytes) {
-  if (bytes > kChunk) return false;
-  double s = static_cast<double>(bytes);
-  return s * (m - 1) * (m - 2) / m < kRoundBytes + (m - 1) * kMessageBytes;
+enum class Leaders { kDirect, kDoubling, kPieces, kRing };
+
+// The model's costs in bytes at the link rate: R a round, M a message, S the buffer.
+Leaders pick(int m, size_t bytes) {
+  if (bytes > kChunk) return m > kPipeMaxNodes ? Leaders::kRing : Leaders::kPieces;
+  const double s = static_cast<double>(bytes), R = kRoundBytes, M = kMessageBytes;
+  int p = 1, rounds = 0;
+  for (; p * 2 <= m; p *= 2) ++rounds;
+  if (p < m) rounds += 2;  // fold and unfold
+  const double direct = R + (m - 1) * (M + s);
+  const double doubling = rounds * (R + M + s);
+  const double pieces = 2 * R + 2 * (m - 1) * (M + s / m);
+  if (direct <= doubling && direct <= pieces) return Leaders::kDirect;
+  return doubling < pieces ? Leaders::kDoubling : Leaders::kPieces;
 }
 
-}  // namespace
-
-// ACCL_ALGO=allreduce:hierring, the choice for direct, and above kPipeMaxNodes: the three
-// phases one after the other, the leaders' phase direct (useDirect) or a ring.
-void allReduceHierRing(CpuComm& c, const CollArgs& a) {
+// The three phases one after the other; `how` runs the leaders' phase on the reduced buffer.
+void phases(CpuComm& c, const CollArgs& a, Leaders how) {
   const acclRedOp_t op = a.op == acclAvg ? acclSum : a.op;
   reduceSplit(c.shm(), {a.send, a.recv, a.count, a.type, op, 0});
   if (c.isLeader()) {
     char* buf = static_cast<char*>(a.recv);
-    if (useDirect(c.nnodes(), a.count * typeSize(a.type)))
-      directAllReduce(c, c.leaders(), c.node(), buf, a.count, a.type, op);
-    else
-      ringAllReduce(c, c.leaders(), c.node(), buf, a.count, a.type, op);
+    auto leaders = how == Leaders::kDirect     ? directAllReduce
+                   : how == Leaders::kDoubling ? doublingAllReduce
+                                               : ringAllReduce;
+    leaders(c, c.leaders(), c.node(), buf, a.count, a.type, op);
     if (a.op == acclAvg) divide(buf, a.count, a.type, c.nranks());
   }
   broadcastAuto(c.shm(), {a.recv, a.recv, a.count, a.type, acclSum, 0});
 }
 
+}  // namespace
+
+// ACCL_ALGO=allreduce:hierring: the leaders' phase direct where the model picks it, else a
+// ring; allreduce:hierdoubling: recursive doubling at every size.
+void allReduceHierRing(CpuComm& c, const CollArgs& a) {
+  bool direct = pick(c.nnodes(), a.count * typeSize(a.type)) == Leaders::kDirect;
+  phases(c, a, direct ? Leaders::kDirect : Leaders::kRing);
+}
+
+void allReduceHierDoubling(CpuComm& c, const CollArgs& a) { phases(c, a, Leaders::kDoubling); }
+
 void allReduceHier(CpuComm& c, const CollArgs& a) {
   // An average is a sum until the end: the stages would otherwise divide by their own sizes.
   const acclRedOp_t op = a.op == acclAvg ? acclSum : a.op;
-  const size_t es = typeSize(a.type), bytes = a.count * es;
+  const size_t es = typeSize(a.type);
   const int m = c.nnodes(), me = c.node();
-  if (useDirect(m, bytes) || (m > kPipeMaxNodes && bytes > kChunk))
-    return allReduceHierRing(c, a);
+  const Leaders how = pick(m, a.count * es);
+  if (how != Leaders::kPieces) return phases(c, a, how);
 
   const size_t per = std::max<size_t>(1, kChunk / es);  // elements per chunk
   const size_t chunks = (a.count + per - 1) / per;

@@ -1,6 +1,6 @@
 // All-reduce over point to point: a ring (reduce-scatter, then all-gather) for any group of
-// ranks, the flat ring over all ranks (ACCL_ALGO=allreduce:ring), and the direct exchange the
-// hierarchical all-reduce uses among node leaders for small messages.
+// ranks, the flat ring over all ranks (ACCL_ALGO=allreduce:ring), and the direct exchange and
+// recursive doubling the hierarchical all-reduce uses among node leaders for small messages.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -70,6 +70,44 @@ void directAllReduce(CpuComm& c, const std::vector<int>& group, int me, char* bu
   const void** srcs = c.sources();
   for (int k = 0; k < m; ++k) srcs[k] = k == me ? buf : in + k * bytes;
   reduce(buf, srcs, m, count, type, op);
+}
+
+void doublingAllReduce(CpuComm& c, const std::vector<int>& group, int me, char* buf,
+                       size_t count, acclDataType_t type, acclRedOp_t op) {
+  const int m = static_cast<int>(group.size());
+  if (m == 1 || count == 0) return;
+  const size_t bytes = count * typeSize(type);
+  int p = 1;  // the largest power of two <= m
+  while (p * 2 <= m) p *= 2;
+  char* in = c.scratch(bytes);
+  std::vector<P2pOp>& ops = c.ops();
+  auto transfer = [&](int to, int from) {  // group indices; -1: none
+    ops.clear();
+    if (to >= 0) addP2p(ops, c, true, group[to], buf, bytes);
+    if (from >= 0) addP2p(ops, c, false, group[from], from == to ? in : buf, bytes);
+    runP2p(ops);
+  };
+  // Both partners add in the same order (the lower index's value first): the same bits.
+  auto combine = [&](bool mineFirst) {
+    const void* srcs[2] = {mineFirst ? buf : in, mineFirst ? in : buf};
+    reduce(buf, srcs, 2, count, type, op);
+  };
+  if (me >= p) {  // folded into me-p, which sends the result back
+    transfer(me - p, -1);
+    transfer(-1, me - p);
+    return;
+  }
+  if (me + p < m) {
+    ops.clear();
+    addP2p(ops, c, false, group[me + p], in, bytes);
+    runP2p(ops);
+    combine(true);
+  }
+  for (int d = 1; d < p; d *= 2) {
+    transfer(me ^ d, me ^ d);
+    combine(me < (me ^ d));
+  }
+  if (me + p < m) transfer(me + p, -1);
 }
 
 void allReduceRing(CpuComm& c, const CollArgs& a) {
