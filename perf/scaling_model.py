@@ -199,7 +199,8 @@ def check(paths: list[str], p: Params) -> str:
                     continue
                 pred = f(q, N, L, m["size"] / (N * L) if blocks else m["size"])
                 meas = m["time_us"] * 1e-6
-                rows.append(f"| {N} × {L} | {rate} | {op} | {m['size'] >> 10} KiB | {m['library']} | "
+                rows.append(f"| {N} × {L} | {rate} | {op} | {m['size'] >> 10} KiB | "
+                            f"{m['library']} | "
                             f"{fmt(pred)} | {fmt(meas)} | {meas / pred:.2f} |")
     return "\n".join(rows)
 

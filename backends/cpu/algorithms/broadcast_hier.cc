@@ -22,7 +22,8 @@ bool useTree(int nodes, size_t bytes) {
   int rounds = 0;
   for (int p = 1; p < nodes; p *= 2) ++rounds;
   const double s = static_cast<double>(bytes);
-  return rounds * (kRoundBytes + kMessageBytes + s) < kRoundBytes + (nodes - 1) * (kMessageBytes + s);
+  const double tree = rounds * (kRoundBytes + kMessageBytes + s);
+  return tree < kRoundBytes + (nodes - 1) * (kMessageBytes + s);
 }
 
 void broadcastSpeakers(CpuComm& c, const CollArgs& a, bool tree) {
