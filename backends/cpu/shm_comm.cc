@@ -187,6 +187,13 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   }
   size_ = total;
   char* b = static_cast<char*>(base_);
+  // Map the control lines and the broadcast boxes into this process now: otherwise the first
+  // small calls each take a page fault per box (16 boxes: +0.6 us on a 20-call loop). The large
+  // regions are left to fault in on use. Best effort: kernels before 5.14 lack the advice.
+#ifdef MADV_POPULATE_WRITE
+  madvise(b, dataOff, MADV_POPULATE_WRITE);
+  madvise(b + boxOff, kBoxes * kBoxBytes, MADV_POPULATE_WRITE);
+#endif
   header_ = reinterpret_cast<ShmHeader*>(b);
   ctrl_ = reinterpret_cast<RankCtrl*>(b + alignUp(sizeof(ShmHeader), 64));
   channels_ = reinterpret_cast<ChannelCtrl*>(ctrl_ + nranks_);
