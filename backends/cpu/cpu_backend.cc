@@ -211,7 +211,7 @@ namespace {
 // ranks' buffers, instead of through /dev/shm: the crossovers measured at 2 ranks
 // (docs/algorithms.md). ACCL_CMA_MIN > 0 replaces them all.
 constexpr size_t kAllReduceCmaMin = 64 << 10, kAllGatherCmaMin = 16 << 10,
-                 kBroadcastCmaMin = 128 << 10, kReduceScatterCmaMin = 32 << 10;
+                 kBroadcastCmaMin = 32 << 10, kReduceScatterCmaMin = 32 << 10;
 
 bool useCma(const ShmComm& c, const CollArgs& a, size_t crossover) {
   return c.cma() && c.nranks() > 1 &&
