@@ -210,7 +210,7 @@ namespace {
 // Smallest message (bytes per rank) that each collective copies once, straight between the
 // ranks' buffers, instead of through /dev/shm: the crossovers measured at 2 ranks
 // (docs/algorithms.md). ACCL_CMA_MIN > 0 replaces them all.
-constexpr size_t kAllReduceCmaMin = 64 << 10, kAllGatherCmaMin = 16 << 10,
+constexpr size_t kAllReduceCmaMin = 32 << 10, kAllGatherCmaMin = 16 << 10,
                  kBroadcastCmaMin = 32 << 10, kReduceScatterCmaMin = 32 << 10;
 
 bool useCma(const ShmComm& c, const CollArgs& a, size_t crossover) {

@@ -33,9 +33,6 @@ namespace cpu {
 namespace {
 constexpr size_t kChunk = 4 << 20;  // bytes per pipeline chunk
 constexpr int kPipeMaxNodes = 256;  // pieces of a chunk stay >= 16 KiB
-// The model's link terms in bytes at the link rate: a round's latency (~20 us at 10 Gbit/s)
-// and the CPU cost of one more message (~2 us).
-constexpr double kRoundBytes = 24 << 10, kMessageBytes = 2 << 10;
 
 enum class Leaders { kDirect, kDoubling, kPieces, kRing };
 

@@ -15,9 +15,6 @@ namespace accl {
 namespace cpu {
 namespace {
 
-// Bytes at the link rate of a round and of one more message (as all_reduce_hier.cc).
-constexpr double kRoundBytes = 24 << 10, kMessageBytes = 2 << 10;
-
 bool useTree(int nodes, size_t bytes) {
   int rounds = 0;
   for (int p = 1; p < nodes; p *= 2) ++rounds;
@@ -52,7 +49,8 @@ void broadcastSpeakers(CpuComm& c, const CollArgs& a, bool tree) {
         addP2p(ops, c, false, a.root, a.recv, bytes);
       runP2p(ops);
     } else {
-      int d = 1;  // the first distance this node forwards to: past its own lowest bit's parent
+      // v receives from v - 2^k (2^k its highest bit), then forwards to v + 2^j for j > k.
+      int d = 1;
       if (v > 0) {
         while (d * 2 <= v) d *= 2;
         step(false, speaker(v - d));

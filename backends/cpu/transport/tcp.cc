@@ -123,13 +123,13 @@ void TcpTransport::heartbeatLoop(double interval) {
 }
 
 double TcpTransport::heartbeatAge(int r) const {
-  int64_t last = lastBeat_ ? lastBeat_[r].load(std::memory_order_relaxed) : 0;
+  int64_t last = beats_.joinable() ? lastBeat_[r].load(std::memory_order_relaxed) : 0;
   return last ? (nowNs() - last) / 1e9 : -1;
 }
 
 void TcpTransport::checkPeer(int r) const {
   double age = heartbeatAge(r);
-  if (beats_.joinable() && age > beatTimeout_)
+  if (age > beatTimeout_)
     ACCL_THROW(acclRemoteError, "%s sent no heartbeat for %.1f s (ACCL_HEARTBEAT_TIMEOUT=%g): "
                "its process is stopped or hung, or its host or the link is down",
                peerName(r).c_str(), age, beatTimeout_);

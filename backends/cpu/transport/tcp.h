@@ -97,7 +97,8 @@ class TcpTransport {
   void announceFailure(const std::string& why);
   // Throws acclRemoteError naming peer r when it sent no heartbeat for ACCL_HEARTBEAT_TIMEOUT.
   void checkPeer(int r) const;
-  // Seconds since peer r's last heartbeat arrived; negative where it sends none.
+  // Seconds since peer r's last heartbeat arrived; negative where it sends none or this rank
+  // does not listen (ACCL_HEARTBEAT=0).
   double heartbeatAge(int r) const;
   // "rank 3 (10.0.0.2:4711)", and the address alone.
   std::string peerName(int r) const;
