@@ -151,9 +151,11 @@ class ShmComm {
   // Single-copy all-reduce and reduce-scatter: a private buffer of cmaChunkBytes() per peer,
   // allocated at first use. 512 KiB chunks measured best at 2 ranks (128 KiB: 1.2-1.4x slower
   // from 4 MiB up); with many ranks they shrink so that the buffers stay within 2 MiB.
+  // A multiple of 4 KiB, so every peer's buffer is aligned for any type (2 MiB / 7 is odd).
   size_t cmaChunkBytes() const {
-    return std::max<size_t>(64 << 10,
-                            std::min<size_t>(512 << 10, (2 << 20) / std::max(1, nranks_ - 1)));
+    size_t b = std::max<size_t>(64 << 10,
+                                std::min<size_t>(512 << 10, (2 << 20) / std::max(1, nranks_ - 1)));
+    return b / 4096 * 4096;
   }
   char* cmaScratch();
 
