@@ -41,8 +41,14 @@ def pick(N: int, S: float) -> str:
     return "doubling" if doubling < pieces else "pieces"
 
 
-def use_tree(N: int, S: float) -> bool:
-    return math.ceil(math.log2(N)) * (R + M + S) < R + (N - 1) * (M + S)
+def pick_broadcast(N: int, S: float) -> str:
+    """Between node speakers: direct, tree or scatter (+ ring all-gather)."""
+    direct = R + (N - 1) * (M + S)
+    tree = math.ceil(math.log2(N)) * (R + M + S)
+    scatter = R + (N - 1) * (M + S / N) + (N - 1) * (R + M + S / N)
+    if direct <= tree and direct <= scatter:
+        return "direct"
+    return "tree" if tree <= scatter else "scatter"
 
 
 @dataclass
@@ -136,8 +142,9 @@ def reduce_scatter_hier(p: Params, N: int, L: int, m: float) -> float:
 
 
 def broadcast_hier(p: Params, N: int, L: int, S: float) -> float:
-    """The default: direct or tree by use_tree()."""
-    return broadcast_tree(p, N, L, S) if use_tree(N, S) else broadcast_direct(p, N, L, S)
+    """The default: by pick_broadcast()."""
+    return {"direct": broadcast_direct, "tree": broadcast_tree,
+            "scatter": broadcast_scatter}[pick_broadcast(N, S)](p, N, L, S)
 
 
 def broadcast_direct(p: Params, N: int, L: int, S: float) -> float:
@@ -146,6 +153,12 @@ def broadcast_direct(p: Params, N: int, L: int, S: float) -> float:
 
 def broadcast_tree(p: Params, N: int, L: int, S: float) -> float:
     return math.ceil(math.log2(N)) * (p.a_net + p.o + S * p.b_net) + _shm(p, p.b_bc, S)
+
+
+def broadcast_scatter(p: Params, N: int, L: int, S: float) -> float:
+    """The root sends S/N to each speaker, then N-1 ring steps of S/N."""
+    return (p.a_net + (N - 1) * (p.o + S / N * p.b_net)
+            + (N - 1) * (p.a_net + p.o + S / N * p.b_net) + _shm(p, p.b_bc, S))
 
 
 def fmt(t: float) -> str:
@@ -158,15 +171,16 @@ def table(p: Params, L: int) -> str:
             ("all_gather hier (default)", all_gather_hier), ("all_gather ring", all_gather_ring),
             ("reduce_scatter hier (default)", reduce_scatter_hier),
             ("reduce_scatter pairwise", pairwise), ("broadcast hier (default)", broadcast_hier),
-            ("broadcast direct", broadcast_direct)]
+            ("broadcast direct", broadcast_direct), ("broadcast tree", broadcast_tree)]
     per_block = {all_gather_hier, all_gather_ring, reduce_scatter_hier, pairwise}
-    rows = ["| nodes | size | " + " | ".join(c for c, _ in cols) + " | all_reduce leaders |",
-            "|---" * (len(cols) + 3) + "|"]
+    rows = ["| nodes | size | " + " | ".join(c for c, _ in cols)
+            + " | all_reduce leaders | broadcast speakers |", "|---" * (len(cols) + 4) + "|"]
     for N in (2, 8, 64, 1024):
         for S in (64 << 10, 2 << 20, 64 << 20):
             n = N * L
             cells = [fmt(f(p, N, L, S / n if f in per_block else S)) for _, f in cols]
-            rows.append(f"| {N} | {S >> 10} KiB | " + " | ".join(cells) + f" | {pick(N, S)} |")
+            rows.append(f"| {N} | {S >> 10} KiB | " + " | ".join(cells)
+                        + f" | {pick(N, S)} | {pick_broadcast(N, S)} |")
     return "\n".join(rows)
 
 

@@ -36,6 +36,7 @@ const Named kNamed[] = {
     {"allreduce:hierdoubling", kAllReduce, allReduceHierDoubling, false},
     {"broadcast:hier", kBroadcast, broadcastHier, false},
     {"broadcast:hiertree", kBroadcast, broadcastHierTree, false},
+    {"broadcast:hierscatter", kBroadcast, broadcastHierScatter, false},
     {"allreduce:direct", kAllReduce, onShm<allReduceDirect>, true},
     {"allreduce:split", kAllReduce, onShm<allReduceSplit>, true},
     {"allreduce:cma", kAllReduce, onShm<allReduceCma>, true},

@@ -60,10 +60,12 @@ void allReduceHier(CpuComm& c, const CollArgs& a);
 void allReduceHierRing(CpuComm& c, const CollArgs& a);
 void allReduceRing(CpuComm& c, const CollArgs& a);
 void allReduceHierDoubling(CpuComm& c, const CollArgs& a);
-// hier: the root sends to each node's leader, directly or along a binomial tree (by size and
-// node count), then each node broadcasts in shared memory; hiertree: always the tree.
+// hier: the root sends to each node's leader directly, along a binomial tree, or by scatter +
+// ring all-gather (by size and node count), then each node broadcasts in shared memory;
+// hiertree, hierscatter: always that form.
 void broadcastHier(CpuComm& c, const CollArgs& a);
 void broadcastHierTree(CpuComm& c, const CollArgs& a);
+void broadcastHierScatter(CpuComm& c, const CollArgs& a);
 void reduceHier(CpuComm& c, const CollArgs& a);
 void allGatherRing(CpuComm& c, const CollArgs& a);
 void reduceScatterPairwise(CpuComm& c, const CollArgs& a);
