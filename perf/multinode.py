@@ -4,8 +4,8 @@ Builds `--nodes` network namespaces (accl._netns, the same code the multi-node t
 links are limited to each `--rates` value in turn (tc tbf on both ends of each node's veth:
 `rate` bits/s each way per node), runs the accl.perf all_reduce sweep on `--ranks-per-node`
 ranks per node for every library, interleaved pass by pass (`--op`: all_reduce, all_gather or
-reduce_scatter), and prints per size the median time and busbw of each library and their ratio
-to the link-limited optimum, the same for the three:
+reduce_scatter or broadcast), and prints per size the median time and busbw of each library and
+their ratio to the link-limited optimum, the same for the first three (broadcast's is B):
 
     busbw_opt = B · N(n-1) / ((N-1) n)      B: link rate in bytes/s, N nodes, n = N·k ranks
 
@@ -38,12 +38,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYDIR = os.path.join(ROOT, "python")
 
 
-def optimum_busbw(rate_bits: int, nodes: int, nranks: int) -> float:
+def optimum_busbw(rate_bits: int, nodes: int, nranks: int, op: str = "all_reduce") -> float:
     """GB/s: the busbw of an all-reduce whose inter-node traffic runs at the link rate. An
     all-gather or reduce-scatter of the same size gets the same: each node's link must carry the
     other nodes' (N-1)k blocks of m = size/n, so time = (N-1)·size/(N·B), and busbw is
-    size/time·(n-1)/n."""
+    size/time·(n-1)/n. A broadcast's root node must send the S bytes out at least once:
+    time = S/B, and busbw = algbw = B."""
     b = rate_bits / 8 / 1e9
+    if op == "broadcast":
+        return b
     return b * nodes * (nranks - 1) / ((nodes - 1) * nranks)
 
 
@@ -153,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--libraries", default="accl,gloo,mpi",
                     help="accl, accl:ALGO (ACCL_ALGO=<op>:ALGO), gloo, mpi")
     ap.add_argument("--op", default="all_reduce",
-                    choices=["all_reduce", "all_gather", "reduce_scatter"])
+                    choices=["all_reduce", "all_gather", "reduce_scatter", "broadcast"])
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--mtu", type=int, default=1500)
     ap.add_argument("-b", default="1M")
@@ -205,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                     rows += run["rows"]
                     print(f"# {rate}: pass {p} {lib} done", file=sys.stderr, flush=True)
         med = perf_compare.medians(rows, nranks)
-        opt = optimum_busbw(netns.rate_bits(rate), nodes, nranks)
+        opt = optimum_busbw(netns.rate_bits(rate), nodes, nranks, args.op)
         probe = statistics.median(probes)
         print(table(args.op, rate, opt, libs, med, args.passes, nodes, k))
         print(f"# one TCP connection each way between two nodes, both directions at once: "

@@ -191,7 +191,9 @@ MODELS = {"all_reduce": {"accl": hier, "accl:hier": hier, "accl:hierring": hierr
           "all_gather": {"accl": all_gather_hier, "accl:hier": all_gather_hier,
                          "accl:ring": all_gather_ring},
           "reduce_scatter": {"accl": reduce_scatter_hier, "accl:hier": reduce_scatter_hier,
-                             "accl:pairwise": pairwise}}
+                             "accl:pairwise": pairwise},
+          "broadcast": {"accl": broadcast_hier, "accl:hier": broadcast_hier,
+                        "accl:hiertree": broadcast_tree, "accl:hierscatter": broadcast_scatter}}
 
 
 def check(paths: list[str], p: Params) -> str:
@@ -202,7 +204,7 @@ def check(paths: list[str], p: Params) -> str:
         run = json.load(open(path))
         N, L = run["nodes"], run["ranks_per_node"]
         op = run["sweep"][0]
-        blocks = op != "all_reduce"
+        blocks = op in ("all_gather", "reduce_scatter")
         for rate, r in run["rates"].items():
             # The link's TCP payload rate as measured in that run (the probe).
             probe = sorted(r["tcp_probe"])[len(r["tcp_probe"]) // 2]
