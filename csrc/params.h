@@ -36,7 +36,8 @@
     "connection of its own, from a thread of the communicator); 0: none.")                     \
   X(HeartbeatTimeout, "ACCL_HEARTBEAT_TIMEOUT", "20",                                           \
     "Seconds without a heartbeat after which a rank waiting on a peer on another node fails "  \
-    "with acclRemoteError naming it (its process stopped or hung, its host or link down).")     \
+    "with acclRemoteError naming it (its process stopped or hung, its host or link down); on " \
+    "one node, how long an awaited peer's process may stay stopped (SIGSTOP).")                \
   X(HostId, "ACCL_HOSTID", "",                                                                 \
     "This process's host identity; ranks with the same one share memory. Default: the host "   \
     "name and /proc/sys/kernel/random/boot_id.")                                               \

@@ -39,14 +39,15 @@ inline void cpuRelax() {
 }
 
 // Start time of process `pid` in clock ticks since boot, or 0 if there is no such process or it
-// has exited (a zombie not yet reaped by its parent counts as gone).
-uint64_t processStartTime(int64_t pid) {
+// has exited (a zombie not yet reaped by its parent counts as gone); its state letter in `state`.
+uint64_t processStartTime(int64_t pid, char* state = nullptr) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
   std::string stat;
   if (!std::getline(f, stat)) return 0;
   size_t paren = stat.rfind(')');  // the command name may hold spaces and parentheses
   if (paren == std::string::npos) return 0;
   const char* p = stat.c_str() + paren + 2;  // field 3 onwards: the state
+  if (state) *state = *p;
   if (*p == 'Z' || *p == 'X' || *p == 'x') return 0;
   for (int field = 3; field < 22 && *p; ++field) {
     p = strchr(p, ' ');
@@ -117,6 +118,10 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   // per block.
   slotBytes_ = std::max(slotBytes_, size_t(nranks_) * 512);
   allReduceDirectMax = paramInt(Param::AllReduceDirectMax);
+  stoppedSince_.resize(nranks_);
+  double stopped = paramDouble(Param::HeartbeatTimeout);
+  ACCL_ARG_CHECK(stopped > 0, "ACCL_HEARTBEAT_TIMEOUT=%g must be > 0", stopped);
+  stoppedLimit_ = std::chrono::duration<double>(stopped);
   // With more ranks than cores a spinning rank takes the core its peer needs: yield at once.
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   spinNs_ = nranks_ > cores ? 0 : paramInt(Param::SpinUs) * 1000;
@@ -288,18 +293,33 @@ void ShmComm::checkPeersAlive(const std::function<bool(int)>& awaited) const {
   auto now = std::chrono::steady_clock::now();
   if (now < nextLivenessCheck_) return;
   nextLivenessCheck_ = now + std::chrono::milliseconds(200);
-  std::string gone;
-  for (int r = 0; r < nranks_; ++r)
+  std::string gone, stopped;
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_) continue;
     // Death first, then `awaited`: a rank that did its part and then exited is not awaited by
     // the time its death is seen, and a dead process does nothing more.
-    if (r != rank_ && processStartTime(ctrl_[r].pid) != ctrl_[r].startTime && awaited(r))
-      gone += format("%s%d (pid %lld)", gone.empty() ? "" : ", ", members_[r],
-                     (long long)ctrl_[r].pid);
-  if (gone.empty()) return;
+    char state = 0;
+    bool dead = processStartTime(ctrl_[r].pid, &state) != ctrl_[r].startTime;
+    // A process stopped by a signal (state T; not t, a debugger's stop) is alive but will not
+    // arrive: after ACCL_HEARTBEAT_TIMEOUT seconds it counts as gone, as a silent peer on
+    // another node does.
+    if (state != 'T') stoppedSince_[r] = {};
+    else if (stoppedSince_[r] == std::chrono::steady_clock::time_point{}) stoppedSince_[r] = now;
+    bool stuck = state == 'T' && now - stoppedSince_[r] > stoppedLimit_;
+    if (!(dead || stuck) || !awaited(r)) continue;
+    std::string& list = dead ? gone : stopped;
+    list += format("%s%d (pid %lld)", list.empty() ? "" : ", ", members_[r],
+                   (long long)ctrl_[r].pid);
+  }
+  if (gone.empty() && stopped.empty()) return;
   char host[64] = "";
   gethostname(host, sizeof(host) - 1);
-  ACCL_THROW(acclRemoteError, "the process of rank %s on host %s is gone (killed, crashed or "
-             "exited)", gone.c_str(), host);
+  if (!gone.empty())
+    ACCL_THROW(acclRemoteError, "the process of rank %s on host %s is gone (killed, crashed or "
+               "exited)", gone.c_str(), host);
+  ACCL_THROW(acclRemoteError, "the process of rank %s on host %s has been stopped (SIGSTOP) for "
+             "more than ACCL_HEARTBEAT_TIMEOUT=%g s", stopped.c_str(), host,
+             std::chrono::duration<double>(stoppedLimit_).count());
 }
 
 void ShmComm::announceAbort() {

@@ -191,6 +191,10 @@ class ShmComm {
   std::vector<char> cmaScratch_;
   uint64_t probe_ = 0;  // the word peers read at init to test cross-memory attach
   mutable std::chrono::steady_clock::time_point nextLivenessCheck_{};
+  // Since when each peer's process has been seen stopped (zero: it is not), and for how long
+  // it may be (ACCL_HEARTBEAT_TIMEOUT).
+  mutable std::vector<std::chrono::steady_clock::time_point> stoppedSince_;
+  std::chrono::duration<double> stoppedLimit_{0};
   size_t slotBytes_, p2pBytes_;
   uint64_t epoch_ = 0, step_ = 0;
   uint64_t synced_ = 0;  // every rank has arrived at this epoch
