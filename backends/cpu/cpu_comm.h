@@ -55,6 +55,9 @@ class CpuComm {
   // The lowest rank of each node, by node: the ranks that talk across nodes.
   const std::vector<int>& leaders() const { return leaders_; }
   bool isLeader() const { return leaders_[node()] == rank(); }
+  // The rank that talks for node j in a collective rooted at `root`: the root on its own node,
+  // the leader elsewhere.
+  int speaker(int j, int root) const { return nodeOf(root) == j ? root : leaders_[j]; }
   // The ranks of node j in local order, and the number of ranks on the nodes before it (where
   // node j's blocks start when blocks are laid out node after node).
   const std::vector<int>& nodeRanks(int j) const { return members_[j]; }

@@ -38,10 +38,7 @@ void broadcastSpeakers(CpuComm& c, const CollArgs& a, Speakers how) {
   const int nn = c.nnodes(), rootNode = c.nodeOf(a.root);
   // Node v places after the root's, and its speaker.
   const int v = (c.node() - rootNode + nn) % nn;
-  auto speaker = [&](int u) {
-    int node = (u + rootNode) % nn;
-    return node == rootNode ? a.root : c.leaders()[node];
-  };
+  auto speaker = [&](int u) { return c.speaker((u + rootNode) % nn, a.root); };
   const int from = speaker(v);
   char* buf = static_cast<char*>(a.recv);
   std::vector<P2pOp>& ops = c.ops();

@@ -16,7 +16,7 @@ void reduceHier(CpuComm& c, const CollArgs& a) {
   const size_t bytes = a.count * typeSize(a.type);
   const acclRedOp_t op = a.op == acclAvg ? acclSum : a.op;
   const int rootNode = c.nodeOf(a.root), nn = c.nnodes();
-  const int speaker = c.node() == rootNode ? a.root : c.leaders()[c.node()];
+  const int speaker = c.speaker(c.node(), a.root);
   const bool isRoot = c.rank() == a.root;
   // The root receives the other nodes' results after its own in the scratch buffer.
   char* tmp = c.scratch(bytes * (isRoot ? nn : 1));
