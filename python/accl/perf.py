@@ -13,10 +13,11 @@ elements that differ from a numpy reference (#wrong, summed over ranks). Rank 0 
 table to stdout and, when stderr is a terminal, a progress line there; `-J file` also writes
 the results as JSON. The exit status is 1 if any element was wrong.
 
-`--library gloo|mpi|mpich` runs the same harness over torch.distributed's gloo or mpi4py (over
-Open MPI or MPICH) instead (perf_peers.py). Without a launcher, `-np N` starts N local ranks
-itself, and `--compare` runs the sweep of each library in turn, interleaved over `--passes`
-passes, and prints medians and accl's ratio to each peer (perf_compare.py).
+`--library gloo|mpi|mpich|oneccl` runs the same harness over torch.distributed's gloo, mpi4py
+(over Open MPI or MPICH) or Intel oneCCL (through its shim, built by `make oneccl`) instead
+(perf_peers.py). Without a launcher, `-np N` starts N local ranks itself, and `--compare` runs
+the sweep of each library in turn, interleaved over `--passes` passes, and prints medians and
+accl's ratio to each peer (perf_compare.py).
 
 Each collective is described by one Collective entry below; the harness does the rest.
 """
@@ -231,8 +232,8 @@ def _count_wrong(got: np.ndarray, want: np.ndarray, dtype: np.dtype, rtol: float
     return int(np.count_nonzero(g != w))
 
 
-# mpi: Open MPI; torch-accl: torch.distributed over accl
-LIBRARIES = ("accl", "gloo", "mpi", "mpich", "torch-accl")
+# mpi: Open MPI; torch-accl: torch.distributed over accl; oneccl: Intel oneCCL (make oneccl)
+LIBRARIES = ("accl", "gloo", "mpi", "mpich", "oneccl", "torch-accl")
 MODES = ("out_of_place", "in_place")
 
 
@@ -318,8 +319,8 @@ def _parse(argv: list[str] | None) -> Options:
     ap.add_argument("--library", default="accl", choices=LIBRARIES,
                     help="the library the sweep calls (default accl)")
     ap.add_argument("--compare", type=_libraries, default=[], metavar="LIBS",
-                    help="also sweep these libraries (gloo,mpi,mpich,torch-accl,accl) in the same "
-                    "run; needs -np")
+                    help="also sweep these libraries (gloo,mpi,mpich,oneccl,torch-accl,accl) in "
+                    "the same run; needs -np")
     ap.add_argument("--passes", type=int, default=None,
                     help="interleaved passes over the libraries (default 3 with --compare, else 1)")
     ap.add_argument("--plot", metavar="FILE.png", help="draw busbw and time against size")
@@ -503,6 +504,8 @@ def make_runner(library: str) -> Any:
 
     if library == "torch-accl":
         return perf_peers.GlooRunner("accl")
+    if library == "oneccl":
+        return perf_peers.OnecclRunner()
     return perf_peers.GlooRunner() if library == "gloo" else perf_peers.MpiRunner(library)
 
 

@@ -46,6 +46,10 @@ def unavailable(library: str) -> str | None:
             return None if os.path.exists(_mpich("lib/libmpi.so.12")) else (
                 f"MPICH is not installed in {_mpich('')} (make setup: pip install --prefix)")
         return None if _mpirun() else "mpirun is not on the PATH"
+    if library == "oneccl":
+        from .perf_peers import oneccl_shim
+
+        return None if os.path.exists(oneccl_shim()) else "oneCCL shim not built: make oneccl"
     return None
 
 
@@ -68,7 +72,7 @@ def launch_cmd(library: str, n: int, args: list[str]) -> list[str]:
         # mpi4py loads whichever MPI library MPI4PY_LIBMPI names; Hydra passes it to the ranks.
         return [_mpich("bin/mpiexec"), "-n", str(n), *(["-bind-to", "core"] if fits else []),
                 "-genv", "MPI4PY_LIBMPI", _mpich("lib/libmpi.so.12"), *sweep]
-    if library != "mpi":
+    if library != "mpi":  # accl, gloo, torch-accl and oneccl
         return [sys.executable, "-m", "accl.launch", "-n", str(n), *sweep]
     cmd = [_mpirun() or "mpirun", "-n", str(n),
            *(["--bind-to", "core"] if fits else ["--oversubscribe"])]

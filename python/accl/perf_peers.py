@@ -9,6 +9,11 @@ that copy is timed. Where it has no form with nccl-tests' layout, the call is No
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
+import os
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import _types as t
+from ._env import rank_info
 from .perf import Call, NotAvailable
 
 
@@ -162,3 +168,88 @@ class MpiRunner:
 
     def close(self) -> None:
         pass  # mpi4py finalizes MPI at exit
+
+
+def oneccl_shim() -> str:
+    """Where `make oneccl` puts the shim over oneCCL (perf/oneccl/oneccl_shim.cc)."""
+    return os.path.join(sys.prefix, "oneccl", "liboneccl_shim.so")
+
+
+# oneCCL's settings for the sweep, unless the environment sets them otherwise.
+ONECCL_ENV = {
+    # libfabric (the ofi transport; oneCCL's mpi one needs an MPI launcher), with its shm
+    # provider between the ranks of the node instead of TCP over the network interface.
+    "CCL_ATL_TRANSPORT": "ofi",
+    "CCL_ATL_SHM": "1",
+    # The calling thread drives the collective. oneCCL's default, a worker thread per rank
+    # that the caller waits on, took 10 to 40 ms for a 32 B all-reduce on 2 cores.
+    "CCL_WORKER_OFFLOAD": "0",
+    # The local rank and count from LOCAL_RANK and LOCAL_WORLD_SIZE, which accl.launch sets.
+    "CCL_PROCESS_LAUNCHER": "torchrun",
+    "CCL_ENABLE_OMP_COLL": "0",  # they need the mpi transport, and warn otherwise
+    "CCL_LOG_LEVEL": "error",  # every setting above that differs from the default warns
+}
+
+
+class OnecclRunner:
+    """Intel oneCCL's C++ API through the shim of `make oneccl` (ctypes), on the ranks of
+    accl.launch or torchrun. The ranks find oneCCL's key-value store through a file named after
+    the launch (ACCL_UNIQUE_ID, else MASTER_ADDR and MASTER_PORT) in the temporary directory."""
+
+    library = "oneccl"
+
+    def __init__(self) -> None:
+        for k, v in ONECCL_ENV.items():
+            os.environ.setdefault(k, v)  # before oneCCL reads them, when the shim loads
+        lib = ctypes.CDLL(oneccl_shim())
+        lib.oneccl_error.restype = lib.oneccl_version.restype = ctypes.c_char_p
+        lib.oneccl_init.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_double]
+        lib.oneccl_time.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
+                                    ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                    ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
+        lib.oneccl_reduce_double.argtypes = [ctypes.POINTER(ctypes.c_double), ctypes.c_int]
+        self.lib = lib
+        info = rank_info()
+        self.rank, self.size = info.rank, info.size
+        env = os.environ
+        launch = env.get("ACCL_UNIQUE_ID") or f"{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}"
+        if launch == "None:None":
+            raise SystemExit("accl.perf: oneccl needs accl.launch or torchrun (MASTER_PORT)")
+        key = hashlib.sha1(launch.encode()).hexdigest()[:16]
+        path = os.path.join(tempfile.gettempdir(), f"accl-perf-oneccl-{key}")
+        self._check(lib.oneccl_init(self.rank, self.size, path.encode(), 60.0), "init")
+        self.backend = f"oneCCL {lib.oneccl_version().decode()} {env['CCL_ATL_TRANSPORT']}"
+        self._one = ctypes.c_double()
+
+    def _check(self, code: int, what: str) -> None:
+        if code < 0:
+            raise RuntimeError(f"oneCCL {what}: {self.lib.oneccl_error().decode()}")
+
+    def time(self, c: Call, iters: int) -> float:
+        if c.dtype in (t.FLOAT8_E4M3, t.FLOAT8_E5M2):
+            raise SystemExit(f"accl.perf: oneCCL has no {t.DTYPE_NAMES[c.dtype]}")
+        if c.op == t.AVG:  # only on its GPU path; the sweep fails rather than report a sum
+            raise SystemExit("accl.perf: oneCCL has no avg reduction on the CPU")
+        if c.name == "sendrecv" and c.in_place:  # oneCCL would receive over what it still sends
+            raise NotAvailable("oneCCL has no sendrecv in place")
+        out = ctypes.c_double()
+        code = self.lib.oneccl_time(c.name.encode(), c.src.ctypes.data, c.out.ctypes.data,
+                                    c.count, c.dtype, c.op, c.root, iters, ctypes.byref(out))
+        if code == 1:
+            raise NotAvailable(f"oneCCL has no {c.name}")
+        self._check(code, c.name)
+        return out.value
+
+    def _reduce(self, x: float, op: int) -> float:
+        self._one.value = x
+        self._check(self.lib.oneccl_reduce_double(ctypes.byref(self._one), op), "all_reduce")
+        return self._one.value
+
+    def max(self, x: float) -> float:
+        return self._reduce(x, t.MAX)
+
+    def sum(self, x: float) -> float:
+        return self._reduce(x, t.SUM)
+
+    def close(self) -> None:
+        self.lib.oneccl_finalize()

@@ -220,3 +220,33 @@ def test_torch_accl_against_gloo(tmp_path):
     assert got == {(lib, c, s) for lib in ("torch-accl", "gloo")
                    for c in ("all_reduce", "all_gather", "reduce_scatter") for s in (8, 4096)}
     assert "torch-accl/gloo" in p.stdout, p.stdout
+
+
+def test_compare_with_oneccl(tmp_path):
+    """accl against Intel oneCCL (the shim of `make oneccl`, which CI does not build), every
+    collective checked against numpy."""
+    why = perf_compare.unavailable("oneccl")
+    if why:
+        pytest.skip(why)
+    out = tmp_path / "oneccl.json"
+    p = run_cmd([sys.executable, "-m", "accl.perf", *ALL, "-np", "2", "-b", "8", "-e", "4K",
+                 "-f", "512", "-n", "2", "-w", "1", "-c", "1", "--compare", "oneccl",
+                 "--passes", "1", "-J", str(out)], timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "accl/oneccl" in p.stdout and "# Out of bounds values : 0 OK" in p.stdout, p.stdout
+    data = json.loads(out.read_text())
+    assert data["libraries"] == ["accl", "oneccl"] and data["wrong"] == 0
+    assert data["runs"][1]["backend"].startswith("oneCCL 2022.2"), data["runs"]
+    rows = {(r["collective"], r["size"]): r for r in data["rows"] if r["library"] == "oneccl"}
+    assert set(rows) == {(c, s) for c in ALL for s in (8, 4096)}, sorted(rows)
+    for (coll, _), r in rows.items():
+        assert r["out_of_place"]["wrong"] == 0 and r["out_of_place"]["time_us"] > 0, r
+        # In place, oneCCL's send/recv would receive over what it still sends.
+        assert (r["in_place"] is None) == (coll == "sendrecv"), r
+
+
+def test_oneccl_unavailable_says_how_to_build_it(monkeypatch, tmp_path):
+    from accl import perf_peers
+
+    monkeypatch.setattr(perf_peers, "oneccl_shim", lambda: str(tmp_path / "missing.so"))
+    assert perf_compare.unavailable("oneccl") == "oneCCL shim not built: make oneccl"
