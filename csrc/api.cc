@@ -392,6 +392,10 @@ struct Settings {
 };
 
 Settings readConfig(const acclConfig_t* config, const Comm* parent) {
+  std::string tuned = checkTuningFile();
+  if (!tuned.empty())
+    ACCL_INFO("INIT", "ACCL_* variables the environment does not set come from %s",
+              tuned.c_str());
   Settings s{parent ? parent->args.timeout : 0.0, parent ? parent->backendName : "", true};
   if (config) {
     ACCL_ARG_CHECK(config->magic == ACCL_CONFIG_MAGIC,

@@ -63,13 +63,19 @@
   X(Compose, "ACCL_COMPOSE", "",                                                               \
     "Collectives the core builds from send/recv even where the backend has them (comma list "  \
     "of broadcast, gather, scatter, alltoall, barrier, or all): for testing composition.")      \
-  X(CmaMin, "ACCL_CMA_MIN", "0",                                                               \
+  X(CmaMin, "ACCL_CMA_MIN", "",                                                                \
     "Smallest message (bytes per rank) that all-reduce, all-gather, reduce-scatter and "       \
     "broadcast copy once, straight between the ranks' memory (process_vm_readv/writev), "      \
-    "instead of through /dev/shm; 0: the measured crossovers (docs/algorithms.md), -1: never.")\
+    "instead of through /dev/shm: one size for all four, or collective:size items (e.g. "      \
+    "allreduce:32768,allgather:16384); -1: never; unset: the measured crossovers "             \
+    "(docs/algorithms.md).")                                                                    \
   X(AllReduceDirectMax, "ACCL_ALLREDUCE_DIRECT_MAX", "16384",                                  \
     "Largest all-reduce (bytes) for the direct algorithm; larger ones reduce-scatter then "    \
-    "all-gather through shared memory.")
+    "all-gather through shared memory.")                                                       \
+  X(TuningFile, "ACCL_TUNING_FILE", "",                                                        \
+    "File of NAME=VALUE lines (accl-tune writes one) for ACCL_* variables the environment "    \
+    "does not set; unset: $XDG_CONFIG_HOME/accl/tuning.conf (~/.config/accl/tuning.conf) if "  \
+    "it exists; none: no file.")
 
 namespace accl {
 
@@ -79,9 +85,17 @@ enum class Param {
 #undef ACCL_PARAM_ENUM
 };
 
-// The value from the environment, or the default. Read at each call, so a process may change
-// the environment between communicators.
+// The value from the environment, else from the tuning file (ACCL_TUNING_FILE), else the
+// default. Read at each call, so a process may change the environment between communicators;
+// a tuning file is read once per path.
 std::string paramString(Param p);
+// The tuning file in effect ("" when none). Throws acclInvalidArgument if it cannot be read or
+// holds a line that does not set a known variable (paramString then ignores the whole file).
+// Called when a communicator is made, so that a broken file fails there, not in whichever
+// read of a variable came first.
+std::string checkTuningFile();
+// The variable's name, e.g. "ACCL_ALGO".
+const char* paramName(Param p);
 // Throws acclInvalidArgument naming the variable when the value does not parse.
 long long paramInt(Param p);
 double paramDouble(Param p);

@@ -210,36 +210,29 @@ acclResult_t recv(void* buf, size_t n, acclDataType_t t, int peer, void* b, void
 
 // Algorithm choice by size on one node; every rank computes the same.
 namespace {
-// Smallest message (bytes per rank) that each collective copies once, straight between the
-// ranks' buffers, instead of through /dev/shm: the crossovers measured at 2 ranks
-// (docs/algorithms.md). ACCL_CMA_MIN > 0 replaces them all.
-constexpr size_t kAllReduceCmaMin = 32 << 10, kAllGatherCmaMin = 16 << 10,
-                 kBroadcastCmaMin = 32 << 10, kReduceScatterCmaMin = 32 << 10;
-
-bool useCma(const ShmComm& c, const CollArgs& a, size_t crossover) {
-  return c.cma() && c.nranks() > 1 &&
-         a.count * typeSize(a.type) >= (c.cmaMin() ? c.cmaMin() : crossover);
+bool useCma(const ShmComm& c, const CollArgs& a, Coll k) {
+  return c.cma() && c.nranks() > 1 && a.count * typeSize(a.type) >= c.cmaMin(k);
 }
 }  // namespace
 
 void allReduceAuto(ShmComm& c, const CollArgs& a) {
   if (a.count * typeSize(a.type) <= c.allReduceDirectMax) allReduceDirect(c, a);
-  else if (useCma(c, a, kAllReduceCmaMin)) allReduceCma(c, a);
+  else if (useCma(c, a, kAllReduce)) allReduceCma(c, a);
   else allReduceSplit(c, a);
 }
 
 void allGatherAuto(ShmComm& c, const CollArgs& a) {
-  if (useCma(c, a, kAllGatherCmaMin)) allGatherCma(c, a);
+  if (useCma(c, a, kAllGather)) allGatherCma(c, a);
   else allGatherDirect(c, a);
 }
 
 void broadcastAuto(ShmComm& c, const CollArgs& a) {
-  if (useCma(c, a, kBroadcastCmaMin)) broadcastCma(c, a);
+  if (useCma(c, a, kBroadcast)) broadcastCma(c, a);
   else broadcastDirect(c, a);
 }
 
 void reduceScatterAuto(ShmComm& c, const CollArgs& a) {
-  if (useCma(c, a, kReduceScatterCmaMin)) reduceScatterCma(c, a);
+  if (useCma(c, a, kReduceScatter)) reduceScatterCma(c, a);
   else reduceScatterDirect(c, a);
 }
 

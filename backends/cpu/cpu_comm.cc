@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstring>
 #include <map>
+#include <sstream>
 
 #include "algorithms/algorithms.h"
 #include "errors.h"
@@ -79,6 +80,41 @@ std::vector<const Named*> parseAlgo() {
   return forced;
 }
 
+// The variables that choose algorithms or lay out shared memory and connections. Ranks that
+// disagree on one (their environments or tuning files differ) would take different paths
+// through a collective and hang or corrupt it, so they fail at creation instead, told which.
+constexpr Param kAgreed[] = {Param::Algo,         Param::CmaMin,      Param::AllReduceDirectMax,
+                             Param::ShmSlotBytes, Param::ShmP2pBytes, Param::SocketNsocks};
+
+// What every rank tells the others when the communicator is made.
+struct Identity {
+  char host[128];
+  char settings[512];  // NAME=value lines of kAgreed
+};
+
+void checkAgreement(const std::vector<Identity>& ids) {
+  auto lines = [](const char* text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);) out.push_back(l);
+    return out;
+  };
+  const std::vector<std::string> first = lines(ids[0].settings);
+  for (size_t q = 1; q < ids.size(); ++q) {
+    std::vector<std::string> theirs = lines(ids[q].settings);
+    size_t i = 0;
+    while (i < first.size() && i < theirs.size() && first[i] == theirs[i]) ++i;
+    if (i == first.size() && i == theirs.size()) continue;
+    auto shown = [i](const std::vector<std::string>& v) {
+      if (i >= v.size()) return std::string("more settings");  // cut at sizeof(settings)
+      return v[i].back() == '=' ? v[i].substr(0, v[i].size() - 1) + " unset" : v[i];
+    };
+    ACCL_THROW(acclInvalidUsage, "ranks disagree on a setting that every rank must share: "
+               "rank 0 has %s, rank %zu has %s (set in their environments or tuning files)",
+               shown(first).c_str(), q, shown(theirs).c_str());
+  }
+}
+
 }  // namespace
 
 CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
@@ -87,21 +123,23 @@ CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
   for (int q = 0; q < n; ++q) allRanks_[q] = q;
   std::vector<const Named*> forced = parseAlgo();
 
-  struct HostId {
-    char id[128];
-  };
-  std::vector<HostId> hosts(n);
-  snprintf(hosts[me].id, sizeof(hosts[me].id), "%s", hostIdentity().c_str());
-  acclResult_t r = args->allGather(args->bootstrap, hosts.data(), sizeof(HostId));
+  std::vector<Identity> hosts(n);
+  snprintf(hosts[me].host, sizeof(hosts[me].host), "%s", hostIdentity().c_str());
+  std::string settings;
+  for (Param p : kAgreed) settings += format("%s=%s\n", paramName(p), paramString(p).c_str());
+  snprintf(hosts[me].settings, sizeof(hosts[me].settings), "%s", settings.c_str());
+  acclResult_t r = args->allGather(args->bootstrap, hosts.data(), sizeof(Identity));
   if (r != acclSuccess) ACCL_THROW(r, "bootstrap exchange of host identities failed");
+  for (Identity& h : hosts) h.settings[sizeof(h.settings) - 1] = 0;
+  checkAgreement(hosts);
   // Nodes are numbered in the order of their lowest rank; that rank leads the node.
   std::map<std::string, int> nodeIds;
   std::vector<int> count;
   node_.resize(n);
   local_.resize(n);
   for (int q = 0; q < n; ++q) {
-    hosts[q].id[sizeof(hosts[q].id) - 1] = 0;
-    auto it = nodeIds.emplace(hosts[q].id, static_cast<int>(leaders_.size())).first;
+    hosts[q].host[sizeof(hosts[q].host) - 1] = 0;
+    auto it = nodeIds.emplace(hosts[q].host, static_cast<int>(leaders_.size())).first;
     if (it->second == static_cast<int>(leaders_.size())) {
       leaders_.push_back(q);
       count.push_back(0);
@@ -123,7 +161,7 @@ CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
     net_ = std::make_unique<TcpTransport>(args, remote);
   }
   ACCL_INFO("INIT", "rank %d: %d node(s); this node (%s) holds %zu rank(s), led by rank %d", me,
-            nnodes(), hosts[me].id, members_[node()].size(), leaders_[node()]);
+            nnodes(), hosts[me].host, members_[node()].size(), leaders_[node()]);
 
   if (singleNode()) {
     algo[kAllReduce] = onShm<allReduceAuto>;

@@ -21,19 +21,6 @@ struct CollArgs;
 class CpuComm;
 using Algo = void (*)(CpuComm&, const CollArgs&);
 
-enum Coll {
-  kAllReduce,
-  kBroadcast,
-  kReduce,
-  kAllGather,
-  kReduceScatter,
-  kAlltoAll,
-  kGather,
-  kScatter,
-  kBarrier,
-  kNumColls
-};
-
 class CpuComm {
  public:
   explicit CpuComm(const acclBackendCommArgs_v1* args);

@@ -68,6 +68,54 @@ void gather(const acclBackendCommArgs_v1& a, void* data, size_t bytes) {
   if (r != acclSuccess) ACCL_THROW(r, "bootstrap exchange failed");  // text set by the core
 }
 
+// ACCL_CMA_MIN: the smallest message (bytes per rank) each collective copies once, straight
+// between the ranks' buffers, instead of through /dev/shm. Unset: the crossovers measured at 2
+// ranks (docs/algorithms.md); one number: for all four; collective:bytes items: for those
+// named. Returns false for -1 (never).
+bool cmaCrossovers(size_t* min) {
+  std::fill(min, min + kNumColls, SIZE_MAX);  // no single-copy form
+  min[kAllReduce] = 32 << 10;
+  min[kAllGather] = 16 << 10;
+  min[kReduceScatter] = 32 << 10;
+  min[kBroadcast] = 32 << 10;
+  const std::string spec = paramString(Param::CmaMin);
+  auto bytes = [&](const std::string& text) {
+    char* end = nullptr;
+    long long v = strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end || v < 0)
+      ACCL_THROW(acclInvalidArgument, "ACCL_CMA_MIN=%s: '%s' is not a size in bytes (or -1)",
+                 spec.c_str(), text.c_str());
+    return static_cast<size_t>(v);
+  };
+  if (spec.empty()) return true;
+  if (spec == "-1") return false;
+  if (spec.find(':') == std::string::npos) {
+    size_t all = bytes(spec);
+    for (Coll k : {kAllReduce, kAllGather, kReduceScatter, kBroadcast}) min[k] = all;
+    return true;
+  }
+  static const std::pair<const char*, Coll> names[] = {{"allreduce", kAllReduce},
+                                                       {"allgather", kAllGather},
+                                                       {"reducescatter", kReduceScatter},
+                                                       {"broadcast", kBroadcast}};
+  for (size_t pos = 0; pos < spec.size();) {
+    size_t end = std::min(spec.find_first_of(",;", pos), spec.size());
+    std::string item = spec.substr(pos, end - pos), name;
+    pos = end + 1;
+    size_t colon = item.find(':');
+    for (char ch : item.substr(0, colon))  // all_reduce and AllReduce read as allreduce
+      if (ch != '_' && ch != ' ') name += static_cast<char>(tolower(ch));
+    auto hit = std::find_if(std::begin(names), std::end(names),
+                            [&](const auto& n) { return name == n.first; });
+    if (colon == std::string::npos || hit == std::end(names))
+      ACCL_THROW(acclInvalidArgument, "ACCL_CMA_MIN=%s: '%s' is not collective:bytes with a "
+                 "collective of allreduce, allgather, reducescatter, broadcast",
+                 spec.c_str(), item.c_str());
+    min[hit->second] = bytes(item.substr(colon + 1));
+  }
+  return true;
+}
+
 void* mapSegment(int fd, size_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) ACCL_SYSCHECK(-1, "mmap of the shared-memory segment", "");
@@ -215,8 +263,8 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   }
   // Cross-memory attach: allow peers to read this process (Yama's ptrace_scope=1 needs it), and
   // leave a word for them to test with.
-  long long cmaMin = paramInt(Param::CmaMin);
-  if (cmaMin >= 0) {
+  const bool tryCma = cmaCrossovers(cmaMin_);
+  if (tryCma) {
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     randomBytes(&probe_, sizeof(probe_));
     ctrl_[rank_].probeAddr = reinterpret_cast<uint64_t>(&probe_);
@@ -224,7 +272,7 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   }
   std::vector<char> ready(args_->nranks);
   gather(*args_, ready.data(), 1);
-  if (cmaMin >= 0) {
+  if (tryCma) {
     bool ok = true;
     for (int r = 0; r < nranks_ && ok; ++r) {
       uint64_t v = 0;
@@ -237,7 +285,6 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
     oks[args_->rank] = ok;
     gather(*args_, oks.data(), 1);
     cma_ = std::all_of(members_.begin(), members_.end(), [&](int r) { return oks[r] != 0; });
-    cmaMin_ = cmaMin;
     if (!cma_)
       ACCL_INFO("SHM", "rank %d: cross-memory attach is not possible between all ranks (ptrace "
                 "restrictions or pid namespaces): large messages are copied through /dev/shm",

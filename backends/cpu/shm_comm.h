@@ -24,6 +24,19 @@ namespace cpu {
 
 constexpr int kP2pBufs = 2;
 
+enum Coll {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAlltoAll,
+  kGather,
+  kScatter,
+  kBarrier,
+  kNumColls
+};
+
 struct alignas(64) RankCtrl {
   std::atomic<uint64_t> epoch;
   // Who this rank is, so peers can tell when its process is gone (kill -9, crash).
@@ -135,10 +148,10 @@ class ShmComm {
   long spinNs() const { return spinNs_; }
 
   // Single copy (cross-memory attach): peers read this rank's buffers directly. Enabled when
-  // every rank can read every other (same user, no ptrace restriction) and ACCL_CMA_MIN >= 0;
-  // used for messages of at least cmaMin bytes.
+  // every rank can read every other (same user, no ptrace restriction) and ACCL_CMA_MIN is not
+  // -1; collective k uses it for messages of at least cmaMin(k) bytes per rank.
   bool cma() const { return cma_; }
-  size_t cmaMin() const { return cmaMin_; }
+  size_t cmaMin(Coll k) const { return cmaMin_[k]; }
   void publish(const void* send, const void* recv) {
     ctrl_[rank_].sendAddr = reinterpret_cast<uint64_t>(send);
     ctrl_[rank_].recvAddr = reinterpret_cast<uint64_t>(recv);
@@ -187,7 +200,7 @@ class ShmComm {
   // Peers' processes are visible in this pid namespace (false in separate containers).
   bool canSeePeers_ = false;
   bool cma_ = false;
-  size_t cmaMin_ = 0;
+  size_t cmaMin_[kNumColls];
   std::vector<char> cmaScratch_;
   uint64_t probe_ = 0;  // the word peers read at init to test cross-memory attach
   mutable std::chrono::steady_clock::time_point nextLivenessCheck_{};
