@@ -1,4 +1,5 @@
-"""python -m accl.info: the accl library, the backends it can find, and the ACCL_* variables set.
+"""python -m accl.info: the accl library, the backends it can find, the ACCL_* variables set and
+the tuning file (docs/environment.md).
 
 Backends listed: cpu (built in), every libaccl-backend-<name>.so next to libaccl.so, the plugin
 named by ACCL_BACKEND_PLUGIN, the backend named by ACCL_BACKEND, and the vendor backends nccl,
@@ -171,6 +172,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {k}={'(hidden)' if k in _SECRET_VARS else os.environ[k]}")
     if not set_vars:
         print("  no ACCL_* variable is set: defaults apply (see docs/environment.md)")
+    from .tune import tuning_file
+
+    path = tuning_file()
+    print(f"tuning file: {path or 'none'}")
+    try:
+        lines = open(path).read().splitlines() if path else []
+    except OSError as e:
+        print(f"  cannot read it ({e.strerror}): communicators fail until it is fixed")
+        lines = []
+    for line in (ln.strip() for ln in lines):
+        if line and not line.startswith("#"):
+            wins = line.split("=", 1)[0].strip() in os.environ
+            print(f"  {line}" + ("  (the environment's value wins)" if wins else ""))
     return 0
 
 

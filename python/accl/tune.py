@@ -54,6 +54,14 @@ def default_path() -> str:
     return os.path.join(base, "accl", "tuning.conf")
 
 
+def tuning_file() -> str | None:
+    """The tuning file communicators made now would read (csrc/params.cc), or None."""
+    named = os.environ.get("ACCL_TUNING_FILE")
+    if named:
+        return None if named == "none" else named
+    return default_path() if os.path.exists(default_path()) else None
+
+
 def crossover(sizes: list[int], small: list[float], large: list[float]) -> int:
     """The size from which to use the large-message algorithm (one step past the last size:
     never): the threshold whose choices cost least in total, each size's time counted relative

@@ -92,3 +92,9 @@ def test_accl_tune_writes_a_file_later_runs_read(tmp_path):
                               ACCL_DEBUG_SUBSYS="INIT"))
     assert p.returncode == 0, p.stdout + p.stderr
     assert f"does not set come from {out}" in p.stderr, p.stderr
+    # python -m accl.info shows it, and which of its settings the environment overrides.
+    p = run_cmd([sys.executable, "-m", "accl.info"],
+                env=clean_env(ACCL_TUNING_FILE=str(out), ACCL_CMA_MIN="-1"), timeout=60)
+    info = p.stdout.split(f"tuning file: {out}\n")[1].splitlines()
+    assert info[0].startswith("  ACCL_ALLREDUCE_DIRECT_MAX=") and "wins" not in info[0], p.stdout
+    assert info[1].startswith("  ACCL_CMA_MIN=allreduce:") and "wins" in info[1], p.stdout
