@@ -71,8 +71,9 @@ const Tuning& tuning(const std::string& path) {
       known |= i != kTuningFile && name == kEntries[i].name;
     if (!known) {
       t.values.clear();
-      t.error = format("tuning file %s, line %d: '%s' does not set an ACCL_* variable (NAME=VALUE;"
-                       " see docs/environment.md)", path.c_str(), n, line.substr(a, b - a + 1).c_str());
+      t.error = format("tuning file %s, line %d: '%s' does not set an ACCL_* variable "
+                       "(NAME=VALUE; see docs/environment.md)",
+                       path.c_str(), n, line.substr(a, b - a + 1).c_str());
       return t;
     }
     size_t v = line.find_first_not_of(" \t", eq + 1);
