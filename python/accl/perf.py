@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -256,6 +257,7 @@ class Options:
     compare: list[str] = field(default_factory=list)
     passes: int = 1
     plot: str | None = None
+    repeat: int = 1  # timed loops per point; the median is reported
 
     @property
     def sizes(self) -> list[int]:
@@ -267,12 +269,18 @@ class Options:
                 break  # -b 0 with a factor would loop forever
         return sizes
 
+    def iters_text(self) -> str:
+        """How a point is timed, for the tables' first line."""
+        loops = f" (median of {self.repeat} loops)" if self.repeat > 1 else ""
+        return f"{self.iters} iters{loops}"
+
     def sweep_args(self) -> list[str]:
         """The command line of one library's sweep, for the ranks -np / --compare launch."""
         return [*(c.name for c in self.collectives), "-b", str(self.minbytes),
                 "-e", str(self.maxbytes), "-f", str(self.stepfactor), "-i", str(self.stepbytes),
                 "-n", str(self.iters), "-w", str(self.warmup), "-c", str(int(self.check)),
-                "-d", t.DTYPE_NAMES[self.dtype], "-o", t.OP_NAMES[self.op], "-r", str(self.root)]
+                "-d", t.DTYPE_NAMES[self.dtype], "-o", t.OP_NAMES[self.op], "-r", str(self.root),
+                "--repeat", str(self.repeat)]
 
 
 def parse_size(text: str) -> int:
@@ -306,6 +314,9 @@ def _parse(argv: list[str] | None) -> Options:
                     help="with -f 1, add this to the size per step (default 1M)")
     ap.add_argument("-n", "--iters", type=int, default=20, help="timed calls per size")
     ap.add_argument("-w", "--warmup_iters", type=int, default=5, help="untimed calls first")
+    ap.add_argument("--repeat", type=int, default=1, metavar="R",
+                    help="timed loops of -n calls per point, each from a barrier; the median "
+                    "loop is reported (default 1, as nccl-tests)")
     ap.add_argument("-c", "--check", type=int, default=1, choices=(0, 1),
                     help="check the results against numpy (default 1)")
     ap.add_argument("-d", "--datatype", default="float32", choices=sorted(_DTYPES),
@@ -333,8 +344,8 @@ def _parse(argv: list[str] | None) -> Options:
         colls.append(COLLECTIVES[name])
     if ns.stepfactor < 1 or (ns.stepfactor == 1 and ns.stepbytes < 1):
         ap.error("-f must be > 1, or -f 1 with -i > 0")
-    if ns.iters < 1 or ns.warmup_iters < 0 or ns.minbytes > ns.maxbytes:
-        ap.error("need -n >= 1, -w >= 0 and -b <= -e")
+    if ns.iters < 1 or ns.repeat < 1 or ns.warmup_iters < 0 or ns.minbytes > ns.maxbytes:
+        ap.error("need -n >= 1, --repeat >= 1, -w >= 0 and -b <= -e")
     if ns.nranks is not None and ns.nranks < 1:
         ap.error("-np must be at least 1")
     if (ns.compare or ns.passes) and ns.nranks is None:
@@ -345,7 +356,7 @@ def _parse(argv: list[str] | None) -> Options:
     passes = ns.passes or (3 if compare else 1)
     return Options(colls, ns.minbytes, ns.maxbytes, ns.stepfactor, ns.stepbytes, ns.iters,
                    ns.warmup_iters, bool(ns.check), _DTYPES[ns.datatype], _OPS[ns.op], ns.root,
-                   ns.json, ns.library, ns.nranks, compare, passes, ns.plot)
+                   ns.json, ns.library, ns.nranks, compare, passes, ns.plot, ns.repeat)
 
 
 def _fmt(v: float) -> str:
@@ -455,7 +466,8 @@ class Harness:
             try:
                 if o.warmup:
                     self.runner.time(call, o.warmup)
-                sec = self.runner.max(self.runner.time(call, o.iters) / o.iters)
+                sec = statistics.median(self.runner.max(self.runner.time(call, o.iters) / o.iters)
+                                        for _ in range(o.repeat))
             except NotAvailable:
                 row[mode] = None
                 continue
@@ -564,7 +576,8 @@ def _sweep(runner: Any, opts: Options) -> int:
     rows = []
     say = print if lead else (lambda *a, **k: None)
     say(f"# accl.perf: {runner.size} ranks, library {runner.library} (backend {runner.backend}), "
-        f"{opts.iters} iters, {opts.warmup} warmup iters, check {int(opts.check)}")
+        f"{opts.iters_text()}, {opts.warmup} warmup iters, "
+        f"check {int(opts.check)}")
     todo = len(opts.collectives) * len(opts.sizes)
     for coll in opts.collectives:
         say("\n".join(table_header(coll.name)))
@@ -586,7 +599,8 @@ def _sweep(runner: Any, opts: Options) -> int:
         with open(opts.json_path, "w") as f:
             json.dump({"nranks": runner.size, "library": runner.library,
                        "backend": runner.backend,
-                       "iters": opts.iters, "warmup": opts.warmup, "check": opts.check,
+                       "iters": opts.iters, "repeat": opts.repeat, "warmup": opts.warmup,
+                       "check": opts.check,
                        "datatype": t.DTYPE_NAMES[opts.dtype], "op": t.OP_NAMES[opts.op],
                        "root": opts.root, "rows": rows, "wrong": wrong, "avg_busbw": avg},
                       f, indent=1)

@@ -142,8 +142,9 @@ def drive(opts: perf.Options) -> int:
     if opts.json_path:
         with open(opts.json_path, "w") as f:
             json.dump({"nranks": opts.nranks, "libraries": libraries, "passes": opts.passes,
-                       "runs": runs, "iters": opts.iters, "warmup": opts.warmup,
-                       "check": opts.check, "datatype": t.DTYPE_NAMES[opts.dtype],
+                       "runs": runs, "iters": opts.iters, "repeat": opts.repeat,
+                       "warmup": opts.warmup, "check": opts.check,
+                       "datatype": t.DTYPE_NAMES[opts.dtype],
                        "op": t.OP_NAMES[opts.op], "root": opts.root, "rows": rows,
                        "medians": med, "ratios": ratios, "wrong": wrong}, f, indent=1)
     if opts.plot:
@@ -187,7 +188,7 @@ def combined_table(opts: perf.Options, libraries: list[str], med: list[dict],
              if r["mode"] == "out_of_place"}
     base, peers = libraries[0], libraries[1:]
     lines = [f"# accl.perf: {opts.nranks} ranks, {t.DTYPE_NAMES[opts.dtype]} "
-             f"{t.OP_NAMES[opts.op]}, out of place, {opts.iters} iters, median of "
+             f"{t.OP_NAMES[opts.op]}, out of place, {opts.iters_text()}, median of "
              f"{opts.passes} interleaved passes; ratio = {base} busbw / peer busbw"]
     for coll in opts.collectives:
         sizes = sorted({s for (_, c, s) in at if c == coll.name})

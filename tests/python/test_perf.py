@@ -146,6 +146,23 @@ def test_progress_only_on_a_terminal():
     assert pipe.getvalue() == ""
 
 
+def test_repeat_reports_the_median_loop():
+    class Fake:  # a runner whose loops take 5, 1 and 3 s, in turn
+        library, rank, size = "fake", 0, 1
+        loops = iter([9.0, 5.0, 1.0, 3.0] * 2)  # a warm-up and 3 loops, out of then in place
+
+        def time(self, call, iters):
+            return next(self.loops) * iters
+
+        def max(self, x):
+            return x
+
+    opts = perf._parse(["all_reduce", "-n", "4", "-w", "1", "-c", "0", "--repeat", "3"])
+    buf = np.zeros(2, np.float32)
+    row = perf.Harness(Fake(), opts).run(perf.COLLECTIVES["all_reduce"], 8, buf, buf.copy())
+    assert row["out_of_place"]["time_us"] == row["in_place"]["time_us"] == 3e6, row
+
+
 def test_compare_with_gloo_and_mpi(tmp_path):
     """accl against gloo, Open MPI ("mpi") and MPICH in one interleaved run."""
     everyone = ("gloo", "mpi", "mpich")
@@ -156,12 +173,12 @@ def test_compare_with_gloo_and_mpi(tmp_path):
     libs = ["accl", *peers]
     out, png = tmp_path / "compare.json", tmp_path / "compare.png"
     p = run_cmd([sys.executable, "-m", "accl.perf", "all_reduce", "all_gather", "-np", "2",
-                 "-b", "8", "-e", "64", "-f", "8", "-n", "2", "-w", "1",
+                 "-b", "8", "-e", "64", "-f", "8", "-n", "2", "-w", "1", "--repeat", "3",
                  "--compare", ",".join(peers), "--passes", "2", "-J", str(out), "--plot",
                  str(png)], timeout=90)
     assert p.returncode == 0, p.stdout + p.stderr
     lines = p.stdout.splitlines()
-    assert "median of 2 interleaved passes" in lines[0], lines[0]
+    assert "2 iters (median of 3 loops), median of 2 interleaved passes" in lines[0], lines[0]
     header = [line for line in lines if line.startswith("#") and "time" in line][0].split()
     assert header == ["#", "size", *[w for lib in libs for w in (lib, "time", "busbw")],
                       *[f"accl/{peer}" for peer in peers]], header
@@ -174,6 +191,7 @@ def test_compare_with_gloo_and_mpi(tmp_path):
 
     data = json.loads(out.read_text())
     assert data["libraries"] == libs and data["passes"] == 2 and data["wrong"] == 0
+    assert data["repeat"] == 3
     assert [(r["library"], r["pass"]) for r in data["runs"]] == [
         (lib, p) for p in (1, 2) for lib in libs]
     assert {(r["library"], r["pass"], r["collective"], r["size"]) for r in data["rows"]} == {
