@@ -46,7 +46,7 @@ struct Tuning {
   std::string error;  // why the file is ignored, "" when it is not
 };
 
-// Parses the file once per path: lines NAME=VALUE, blank lines and # comments.
+// Parses the file once per path: lines NAME=VALUE, blank lines and whole-line # comments.
 const Tuning& tuning(const std::string& path) {
   static std::mutex mu;
   static std::map<std::string, Tuning> cache;
@@ -55,12 +55,15 @@ const Tuning& tuning(const std::string& path) {
   if (it != cache.end()) return it->second;
   Tuning& t = cache[path];
   std::ifstream f(path);
-  if (!f) {
-    t.error = format("cannot read the tuning file %s: %s", path.c_str(), strerror(errno));
+  struct stat st;
+  if (!f || stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    t.error = format("cannot read the tuning file %s: %s", path.c_str(),
+                     f ? "not a regular file" : strerror(errno));
     return t;
   }
   std::string line;
   for (int n = 1; std::getline(f, line); ++n) {
+    if (n == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);  // a UTF-8 BOM
     size_t a = line.find_first_not_of(" \t\r");
     if (a == std::string::npos || line[a] == '#') continue;
     size_t b = line.find_last_not_of(" \t\r"), eq = line.find('=', a);
@@ -69,11 +72,13 @@ const Tuning& tuning(const std::string& path) {
     bool known = false;
     for (int i = 0; i < int(sizeof(kEntries) / sizeof(kEntries[0])); ++i)
       known |= i != kTuningFile && name == kEntries[i].name;
-    if (!known) {
+    const char* why = !known ? "is not NAME=VALUE for a variable of docs/environment.md's first "
+                               "table (other than ACCL_TUNING_FILE)"
+                      : t.values.count(name) ? "sets a variable an earlier line set" : nullptr;
+    if (why) {
       t.values.clear();
-      t.error = format("tuning file %s, line %d: '%s' does not set an ACCL_* variable "
-                       "(NAME=VALUE; see docs/environment.md)",
-                       path.c_str(), n, line.substr(a, b - a + 1).c_str());
+      t.error = format("tuning file %s, line %d: '%s' %s", path.c_str(), n,
+                       line.substr(a, b - a + 1).c_str(), why);
       return t;
     }
     size_t v = line.find_first_not_of(" \t", eq + 1);
@@ -88,7 +93,7 @@ std::string paramString(Param p) {
   const Entry& e = kEntries[static_cast<int>(p)];
   const char* v = getenv(e.name);
   if (v && *v) return v;
-  std::string path = p == Param::TuningFile ? "" : tuningPath();
+  std::string path = tuningPath();
   if (!path.empty()) {
     const Tuning& t = tuning(path);
     auto it = t.values.find(e.name);
@@ -101,8 +106,8 @@ const char* paramName(Param p) { return kEntries[static_cast<int>(p)].name; }
 
 std::string checkTuningFile() {
   std::string path = tuningPath();
-  if (!path.empty() && !tuning(path).error.empty())
-    ACCL_THROW(acclInvalidArgument, "%s", tuning(path).error.c_str());
+  const std::string& error = path.empty() ? path : tuning(path).error;
+  if (!error.empty()) ACCL_THROW(acclInvalidArgument, "%s", error.c_str());
   return path;
 }
 

@@ -67,7 +67,7 @@
     "Smallest message (bytes per rank) that all-reduce, all-gather, reduce-scatter and "       \
     "broadcast copy once, straight between the ranks' memory (process_vm_readv/writev), "      \
     "instead of through /dev/shm: one size for all four, or collective:size items (e.g. "      \
-    "allreduce:32768,allgather:16384); -1: never; unset: the measured crossovers "             \
+    "allreduce:32768,allgather:16384); -1: never; unset or 0: the measured crossovers "        \
     "(docs/algorithms.md).")                                                                    \
   X(AllReduceDirectMax, "ACCL_ALLREDUCE_DIRECT_MAX", "16384",                                  \
     "Largest all-reduce (bytes) for the direct algorithm; larger ones reduce-scatter then "    \

@@ -56,16 +56,7 @@ const Named kNamed[] = {
 std::vector<const Named*> parseAlgo() {
   std::vector<const Named*> forced;
   std::string spec = paramString(Param::Algo);
-  size_t pos = 0;
-  while (pos < spec.size()) {
-    size_t end = spec.find_first_of(";,", pos);
-    if (end == std::string::npos) end = spec.size();
-    std::string item = spec.substr(pos, end - pos);
-    pos = end + 1;
-    if (item.empty()) continue;
-    std::string lower;  // "AllReduce:Ring" and "all_reduce:ring" read as "allreduce:ring"
-    for (char ch : item)
-      if (ch != '_' && ch != ' ') lower += static_cast<char>(tolower(ch));
+  for (const std::string& lower : specItems(spec)) {
     const Named* hit = nullptr;
     std::string known;
     for (const Named& k : kNamed) {
@@ -74,45 +65,93 @@ std::vector<const Named*> parseAlgo() {
     }
     if (!hit)
       ACCL_THROW(acclInvalidArgument, "ACCL_ALGO=%s: unknown item '%s' (known: %s)",
-                 spec.c_str(), item.c_str(), known.c_str());
+                 spec.c_str(), lower.c_str(), known.c_str());
     forced.push_back(hit);
   }
   return forced;
 }
 
-// The variables that choose algorithms or lay out shared memory and connections. Ranks that
-// disagree on one (their environments or tuning files differ) would take different paths
-// through a collective and hang or corrupt it, so they fail at creation instead, told which.
-constexpr Param kAgreed[] = {Param::Algo,         Param::CmaMin,      Param::AllReduceDirectMax,
-                             Param::ShmSlotBytes, Param::ShmP2pBytes, Param::SocketNsocks};
+// Variables that choose a collective's path. Ranks that disagree on one (their environments or
+// tuning files differ) would take different paths through a collective and hang or corrupt it,
+// so they fail at creation instead, told which. The global ones must agree over all ranks; the
+// others only shape a node's shared memory and choices there, so nodes may differ (each its own
+// accl-tune file) while the ranks of a node may not. Whether single copy is off at all is global:
+// its probe is exchanged over all ranks.
+constexpr Param kGlobal[] = {Param::Algo, Param::SocketNsocks, Param::Compose, Param::Check};
+constexpr Param kLocal[] = {Param::CmaMin, Param::AllReduceDirectMax, Param::ShmSlotBytes,
+                            Param::ShmP2pBytes};
 
-// What every rank tells the others when the communicator is made.
+// NAME=value lines.
+std::string settingsText(bool global) {
+  std::string text;
+  for (Param p : global ? std::vector<Param>(std::begin(kGlobal), std::end(kGlobal))
+                        : std::vector<Param>(std::begin(kLocal), std::end(kLocal)))
+    text += format("%s=%s\n", paramName(p), paramString(p).c_str());
+  if (global)
+    text += std::string(paramName(Param::CmaMin)) +
+            (paramString(Param::CmaMin) == "-1" ? "=-1\n" : " other than -1\n");
+  return text;
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 14695981039346656037ULL;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ULL;
+  return h;
+}
+
+// What every rank tells the others when the communicator is made: its host and the hashes of
+// its settings (the texts travel only when they differ).
 struct Identity {
   char host[128];
-  char settings[512];  // NAME=value lines of kAgreed
+  uint64_t global, local;
 };
 
-void checkAgreement(const std::vector<Identity>& ids) {
+struct SettingsText {
+  char global[512], local[512];
+};
+
+// The first line where two settings texts differ, as "rank a has X, rank b has Y".
+std::string firstDifference(int a, const char* ta, int b, const char* tb) {
   auto lines = [](const char* text) {
     std::vector<std::string> out;
     std::istringstream in(text);
     for (std::string l; std::getline(in, l);) out.push_back(l);
     return out;
   };
-  const std::vector<std::string> first = lines(ids[0].settings);
-  for (size_t q = 1; q < ids.size(); ++q) {
-    std::vector<std::string> theirs = lines(ids[q].settings);
-    size_t i = 0;
-    while (i < first.size() && i < theirs.size() && first[i] == theirs[i]) ++i;
-    if (i == first.size() && i == theirs.size()) continue;
-    auto shown = [i](const std::vector<std::string>& v) {
-      if (i >= v.size()) return std::string("more settings");  // cut at sizeof(settings)
-      return v[i].back() == '=' ? v[i].substr(0, v[i].size() - 1) + " unset" : v[i];
-    };
-    ACCL_THROW(acclInvalidUsage, "ranks disagree on a setting that every rank must share: "
-               "rank 0 has %s, rank %zu has %s (set in their environments or tuning files)",
-               shown(first).c_str(), q, shown(theirs).c_str());
+  std::vector<std::string> x = lines(ta), y = lines(tb);
+  size_t i = 0;
+  while (i < x.size() && i < y.size() && x[i] == y[i]) ++i;
+  auto shown = [i](const std::vector<std::string>& v) {
+    if (i >= v.size()) return std::string("a longer value (cut)");  // past sizeof(SettingsText)
+    const std::string& l = v[i];
+    return !l.empty() && l.back() == '=' ? l.substr(0, l.size() - 1) + " unset" : l;
+  };
+  return format("rank %d has %s, rank %d has %s", a, shown(x).c_str(), b, shown(y).c_str());
+}
+
+// Fails, on every rank alike, when a rank's settings differ from rank 0's (global) or from its
+// node leader's (local); only then do the texts travel, to name the variable.
+void checkAgreement(const acclBackendCommArgs_v1& args, const std::vector<Identity>& ids,
+                    const std::vector<int>& node, const std::vector<int>& leaders) {
+  int bad = -1;
+  bool global = true;
+  for (int q = 0; q < static_cast<int>(ids.size()) && bad < 0; ++q) {
+    if (ids[q].global != ids[0].global) bad = q;
+    else if (ids[q].local != ids[leaders[node[q]]].local) bad = q, global = false;
   }
+  if (bad < 0) return;
+  std::vector<SettingsText> texts(ids.size());
+  SettingsText& mine = texts[args.rank];
+  snprintf(mine.global, sizeof(mine.global), "%s", settingsText(true).c_str());
+  snprintf(mine.local, sizeof(mine.local), "%s", settingsText(false).c_str());
+  acclResult_t r = args.allGather(args.bootstrap, texts.data(), sizeof(SettingsText));
+  if (r != acclSuccess) ACCL_THROW(r, "bootstrap exchange of the settings failed");
+  for (SettingsText& t : texts) t.global[sizeof(t.global) - 1] = t.local[sizeof(t.local) - 1] = 0;
+  int ref = global ? 0 : leaders[node[bad]];
+  ACCL_THROW(acclInvalidUsage, "ranks disagree on a setting that %s must share: %s (set in "
+             "their environments or tuning files)", global ? "every rank" : "the ranks of a node",
+             firstDifference(ref, global ? texts[ref].global : texts[ref].local, bad,
+                             global ? texts[bad].global : texts[bad].local).c_str());
 }
 
 }  // namespace
@@ -125,13 +164,10 @@ CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
 
   std::vector<Identity> hosts(n);
   snprintf(hosts[me].host, sizeof(hosts[me].host), "%s", hostIdentity().c_str());
-  std::string settings;
-  for (Param p : kAgreed) settings += format("%s=%s\n", paramName(p), paramString(p).c_str());
-  snprintf(hosts[me].settings, sizeof(hosts[me].settings), "%s", settings.c_str());
+  hosts[me].global = fnv1a(settingsText(true));
+  hosts[me].local = fnv1a(settingsText(false));
   acclResult_t r = args->allGather(args->bootstrap, hosts.data(), sizeof(Identity));
   if (r != acclSuccess) ACCL_THROW(r, "bootstrap exchange of host identities failed");
-  for (Identity& h : hosts) h.settings[sizeof(h.settings) - 1] = 0;
-  checkAgreement(hosts);
   // Nodes are numbered in the order of their lowest rank; that rank leads the node.
   std::map<std::string, int> nodeIds;
   std::vector<int> count;
@@ -147,6 +183,7 @@ CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
     node_[q] = it->second;
     local_[q] = count[it->second]++;
   }
+  checkAgreement(*args, hosts, node_, leaders_);
   members_.resize(leaders_.size());
   for (int q = 0; q < n; ++q) members_[node_[q]].push_back(q);
   int at = 0;

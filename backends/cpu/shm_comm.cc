@@ -69,9 +69,9 @@ void gather(const acclBackendCommArgs_v1& a, void* data, size_t bytes) {
 }
 
 // ACCL_CMA_MIN: the smallest message (bytes per rank) each collective copies once, straight
-// between the ranks' buffers, instead of through /dev/shm. Unset: the crossovers measured at 2
-// ranks (docs/algorithms.md); one number: for all four; collective:bytes items: for those
-// named. Returns false for -1 (never).
+// between the ranks' buffers, instead of through /dev/shm. Unset or 0: the crossovers measured
+// at 2 ranks (docs/algorithms.md); another number: for all four; collective:bytes items: for
+// those named. Returns false for -1 (never).
 bool cmaCrossovers(size_t* min) {
   std::fill(min, min + kNumColls, SIZE_MAX);  // no single-copy form
   min[kAllReduce] = 32 << 10;
@@ -81,13 +81,13 @@ bool cmaCrossovers(size_t* min) {
   const std::string spec = paramString(Param::CmaMin);
   auto bytes = [&](const std::string& text) {
     char* end = nullptr;
-    long long v = strtoll(text.c_str(), &end, 10);
+    long long v = strtoll(text.c_str(), &end, 0);
     if (text.empty() || *end || v < 0)
       ACCL_THROW(acclInvalidArgument, "ACCL_CMA_MIN=%s: '%s' is not a size in bytes (or -1)",
                  spec.c_str(), text.c_str());
     return static_cast<size_t>(v);
   };
-  if (spec.empty()) return true;
+  if (spec.empty() || spec == "0") return true;
   if (spec == "-1") return false;
   if (spec.find(':') == std::string::npos) {
     size_t all = bytes(spec);
@@ -98,13 +98,9 @@ bool cmaCrossovers(size_t* min) {
                                                        {"allgather", kAllGather},
                                                        {"reducescatter", kReduceScatter},
                                                        {"broadcast", kBroadcast}};
-  for (size_t pos = 0; pos < spec.size();) {
-    size_t end = std::min(spec.find_first_of(",;", pos), spec.size());
-    std::string item = spec.substr(pos, end - pos), name;
-    pos = end + 1;
+  for (const std::string& item : specItems(spec)) {
     size_t colon = item.find(':');
-    for (char ch : item.substr(0, colon))  // all_reduce and AllReduce read as allreduce
-      if (ch != '_' && ch != ' ') name += static_cast<char>(tolower(ch));
+    std::string name = item.substr(0, colon);
     auto hit = std::find_if(std::begin(names), std::end(names),
                             [&](const auto& n) { return name == n.first; });
     if (colon == std::string::npos || hit == std::end(names))
@@ -115,6 +111,23 @@ bool cmaCrossovers(size_t* min) {
   }
   return true;
 }
+
+}  // namespace
+
+std::vector<std::string> specItems(const std::string& spec) {
+  std::vector<std::string> items;
+  for (size_t pos = 0; pos < spec.size();) {
+    size_t end = std::min(spec.find_first_of(",;", pos), spec.size());
+    std::string item;
+    for (char ch : spec.substr(pos, end - pos))
+      if (ch != '_' && ch != ' ') item += static_cast<char>(tolower(ch));
+    if (!item.empty()) items.push_back(item);
+    pos = end + 1;
+  }
+  return items;
+}
+
+namespace {
 
 void* mapSegment(int fd, size_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -166,6 +179,7 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   // per block.
   slotBytes_ = std::max(slotBytes_, size_t(nranks_) * 512);
   allReduceDirectMax = paramInt(Param::AllReduceDirectMax);
+  const bool tryCma = cmaCrossovers(cmaMin_);  // parsed before anything is allocated
   stoppedSince_.resize(nranks_);
   double stopped = paramDouble(Param::HeartbeatTimeout);
   ACCL_ARG_CHECK(stopped > 0, "ACCL_HEARTBEAT_TIMEOUT=%g must be > 0", stopped);
@@ -263,7 +277,6 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   }
   // Cross-memory attach: allow peers to read this process (Yama's ptrace_scope=1 needs it), and
   // leave a word for them to test with.
-  const bool tryCma = cmaCrossovers(cmaMin_);
   if (tryCma) {
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     randomBytes(&probe_, sizeof(probe_));

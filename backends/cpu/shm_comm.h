@@ -37,6 +37,10 @@ enum Coll {
   kNumColls
 };
 
+// The items of a list variable (ACCL_ALGO, ACCL_CMA_MIN): separated by , or ;, empty ones
+// skipped, lowercase without '_' and ' ' ("All_Reduce:Ring" reads as "allreduce:ring").
+std::vector<std::string> specItems(const std::string& spec);
+
 struct alignas(64) RankCtrl {
   std::atomic<uint64_t> epoch;
   // Who this rank is, so peers can tell when its process is gone (kill -9, crash).

@@ -171,20 +171,23 @@ def main(argv: list[str] | None = None) -> int:
     for k in set_vars:
         print(f"  {k}={'(hidden)' if k in _SECRET_VARS else os.environ[k]}")
     if not set_vars:
-        print("  no ACCL_* variable is set: defaults apply (see docs/environment.md)")
+        print("  no ACCL_* variable is set (see docs/environment.md)")
     from .tune import tuning_file
 
     path = tuning_file()
     print(f"tuning file: {path or 'none'}")
     try:
-        lines = open(path).read().splitlines() if path else []
+        with open(path or os.devnull, errors="replace") as f:
+            lines = [ln.strip() for ln in f]
     except OSError as e:
         print(f"  cannot read it ({e.strerror}): communicators fail until it is fixed")
         lines = []
-    for line in (ln.strip() for ln in lines):
+    for line in lines:
         if line and not line.startswith("#"):
-            wins = line.split("=", 1)[0].strip() in os.environ
-            print(f"  {line}" + ("  (the environment's value wins)" if wins else ""))
+            name = line.split("=", 1)[0].strip()
+            shown = f"{name}=(hidden)" if name in _SECRET_VARS else line
+            wins = "  (the environment's value wins)" if os.environ.get(name) else ""
+            print(f"  {shown}{wins}")
     return 0
 
 

@@ -414,8 +414,11 @@ class AcclRunner:
     library = "accl"
 
     def __init__(self, comm: Any) -> None:
+        from .tune import tuning_file
+
         self.comm, self.rank, self.size = comm, comm.rank, comm.size
         self.backend = comm.backend
+        self.tuning_file = tuning_file()  # its settings chose algorithms: the tables say so
         self._one = np.zeros(1, np.float64)
 
     def time(self, c: Call, iters: int) -> float:
@@ -575,7 +578,9 @@ def _sweep(runner: Any, opts: Options) -> int:
     progress = Progress() if lead else None
     rows = []
     say = print if lead else (lambda *a, **k: None)
-    say(f"# accl.perf: {runner.size} ranks, library {runner.library} (backend {runner.backend}), "
+    tuned = getattr(runner, "tuning_file", None)
+    say(f"# accl.perf: {runner.size} ranks, library {runner.library} (backend {runner.backend}"
+        f"{f', tuning file {tuned}' if tuned else ''}), "
         f"{opts.iters_text()}, {opts.warmup} warmup iters, "
         f"check {int(opts.check)}")
     todo = len(opts.collectives) * len(opts.sizes)
@@ -598,7 +603,7 @@ def _sweep(runner: Any, opts: Options) -> int:
     if lead and opts.json_path:
         with open(opts.json_path, "w") as f:
             json.dump({"nranks": runner.size, "library": runner.library,
-                       "backend": runner.backend,
+                       "backend": runner.backend, "tuning_file": tuned,
                        "iters": opts.iters, "repeat": opts.repeat, "warmup": opts.warmup,
                        "check": opts.check,
                        "datatype": t.DTYPE_NAMES[opts.dtype], "op": t.OP_NAMES[opts.op],

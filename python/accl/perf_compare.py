@@ -133,7 +133,8 @@ def drive(opts: perf.Options) -> int:
                 for row in run["rows"]:
                     row["pass"] = p
                 rows += run["rows"]
-                runs.append({"library": lib, "pass": p, "backend": run["backend"]})
+                runs.append({"library": lib, "pass": p, "backend": run["backend"],
+                             "tuning_file": run.get("tuning_file")})
     med = medians(rows, opts.nranks)
     ratios = ratios_of(med, libraries)
     wrong, _ = perf.totals(rows)

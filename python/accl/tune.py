@@ -86,7 +86,12 @@ def _measure(sizes: list[int], rounds: int, seconds: float,
     for coll, algo, names in CANDIDATES:
         for name in names:
             os.environ["ACCL_ALGO"] = f"{algo}:{name}"
-            comms[(coll, name)] = world.split(0, world.rank)
+            try:
+                comms[(coll, name)] = world.split(0, world.rank)
+            except accl.InvalidUsageError:
+                if name != "cma":
+                    raise
+                # This host refuses cross-memory attach (or ACCL_CMA_MIN=-1): tune without it.
     del os.environ["ACCL_ALGO"]
     n, count = world.size, max(sizes) // 4
     src = np.ones(count * n, np.float32)
@@ -95,13 +100,14 @@ def _measure(sizes: list[int], rounds: int, seconds: float,
     start, done = time.monotonic(), 0
     while True:
         for coll, _algo, names in CANDIDATES:
-            for s in sizes:
-                for name in names:
-                    live = comms[(coll, name)]._live()
+            for s in sizes:  # the candidates take turns at each size
+                for name in [m for m in names if (coll, m) in comms]:
+                    c = comms[(coll, name)]
+                    live = c._live()
                     args = (coll, src.ctypes.data, out.ctypes.data, s // 4, _types.FLOAT32,
                             _types.SUM, 0)
                     live.time_op(*args, 2)  # warm-up
-                    comms[(coll, name)].barrier()
+                    c.barrier()
                     mine = np.array([live.time_op(*args, iters) / iters])
                     slowest = float(world.all_reduce(mine, op=accl.MAX)[0])
                     times.setdefault((coll, name, s), []).append(slowest)
@@ -112,38 +118,43 @@ def _measure(sizes: list[int], rounds: int, seconds: float,
     for c in comms.values():
         c.destroy()
     means = {(coll, name): [statistics.fmean(times[(coll, name, s)]) for s in sizes]
-               for coll, _algo, names in CANDIDATES for name in names}
+             for coll, name in comms}
     world.destroy()
     return done, means if world.rank == 0 else {}
 
 
-def settings(sizes: list[int], med: dict[tuple[str, str], list[float]]) -> dict[str, str]:
-    """The tuning file's variables from the measured means."""
-    ar = med[("all_reduce", "direct")]
-    others = [min(a, b) for a, b in zip(med[("all_reduce", "split")], med[("all_reduce", "cma")])]
-    direct_max = max([0] + [s for s in sizes if s < crossover(sizes, ar, others)])
+def settings(sizes: list[int], means: dict[tuple[str, str], list[float]]) -> dict[str, str]:
+    """The tuning file's variables from the measured means (no cma candidates: single copy
+    was refused)."""
+    staged = means[("all_reduce", "split")]
+    cma = means.get(("all_reduce", "cma"), staged)
+    others = [min(a, b) for a, b in zip(staged, cma)]
+    direct_max = max([0] + [s for s in sizes
+                            if s < crossover(sizes, means[("all_reduce", "direct")], others)])
+    values = {"ACCL_ALLREDUCE_DIRECT_MAX": str(direct_max)}
+    if ("all_reduce", "cma") not in means:
+        return dict(values, ACCL_CMA_MIN="-1")
     # Above the direct algorithm's range, all-reduce chooses between split and cma.
     above = [i for i, s in enumerate(sizes) if s > direct_max] or [len(sizes) - 1]
-    cma = {"allreduce": crossover([sizes[i] for i in above],
-                                  [med[("all_reduce", "split")][i] for i in above],
-                                  [med[("all_reduce", "cma")][i] for i in above])}
+    mins = {"allreduce": crossover([sizes[i] for i in above], [staged[i] for i in above],
+                                   [cma[i] for i in above])}
     for coll, algo, _names in CANDIDATES[1:]:
-        cma[algo] = crossover(sizes, med[(coll, "direct")], med[(coll, "cma")])
-    return {"ACCL_ALLREDUCE_DIRECT_MAX": str(direct_max),
-            "ACCL_CMA_MIN": ",".join(f"{k}:{v}" for k, v in cma.items())}
+        mins[algo] = crossover(sizes, means[(coll, "direct")], means[(coll, "cma")])
+    return dict(values, ACCL_CMA_MIN=",".join(f"{k}:{v}" for k, v in mins.items()))
 
 
-def _report(sizes: list[int], med: dict[tuple[str, str], list[float]], rounds: int,
+def _report(sizes: list[int], means: dict[tuple[str, str], list[float]], rounds: int,
             iters: int, nranks: int, out: str) -> None:
     print(f"# accl-tune: {nranks} ranks, float32 sum, out of place, mean us of {rounds} "
           f"rounds of {iters} calls (the slowest rank's average)")
-    for coll, _algo, names in CANDIDATES:
+    for coll, _algo, candidates in CANDIDATES:
+        names = [n for n in candidates if (coll, n) in means]
         print(f"# {coll}\n{'size':>10} " + " ".join(f"{n:>10}" for n in names))
         for i, s in enumerate(sizes):
-            print(f"{s:>10} " + " ".join(f"{med[(coll, n)][i] * 1e6:10.2f}" for n in names))
+            print(f"{s:>10} " + " ".join(f"{means[(coll, n)][i] * 1e6:10.2f}" for n in names))
     import accl
 
-    values = settings(sizes, med)
+    values = settings(sizes, means)
     lines = [f"# accl tuning file: written by accl-tune {accl.__version__} on "
              f"{socket.gethostname()}, {datetime.datetime.now():%Y-%m-%d %H:%M}, for {nranks} "
              "ranks per node",
@@ -161,8 +172,9 @@ def _report(sizes: list[int], med: dict[tuple[str, str], list[float]], rounds: i
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="accl-tune", description=__doc__.splitlines()[0])
-    ap.add_argument("-np", dest="nranks", type=int, default=len(os.sched_getaffinity(0)),
-                    help="ranks to launch (default: one per CPU)")
+    ap.add_argument("-np", dest="nranks", type=int,
+                    default=max(2, min(8, len(os.sched_getaffinity(0)))),
+                    help="ranks to launch (default: one per CPU, 2 to 8)")
     ap.add_argument("-o", "--output", default=None,
                     help=f"the tuning file (default {default_path()}; -: only print it)")
     ap.add_argument("--sizes", default=DEFAULT_SIZES, help="bytes per rank, comma-separated")
@@ -177,17 +189,18 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("needs -np >= 2, --rounds >= 1, -n >= 1 and sizes of at least 4 bytes")
     out = ns.output or default_path()
     if ns.rank:
-        rounds, med = _measure(sizes, ns.rounds, ns.seconds, ns.iters)
-        if med:
-            _report(sizes, med, rounds, ns.iters, ns.nranks, out)
+        rounds, means = _measure(sizes, ns.rounds, ns.seconds, ns.iters)
+        if means:
+            _report(sizes, means, rounds, ns.iters, ns.nranks, out)
         return 0
     cmd = [sys.executable, "-m", "accl.launch", "-n", str(ns.nranks), sys.executable, "-m",
            "accl.tune", "--rank", "-np", str(ns.nranks), "-o", out, "--sizes", ns.sizes,
            "--rounds", str(ns.rounds), "--seconds", str(ns.seconds), "-n", str(ns.iters)]
-    # The measurement must not run under an earlier tuning file's settings.
+    # The measurement must not run under an earlier tuning file's settings. ACCL_ALGO forces
+    # each candidate, so other thresholds do not matter; ACCL_CMA_MIN=-1 (single copy off) is
+    # kept: then the candidates go without it.
     env = dict(os.environ, ACCL_TUNING_FILE="none")
-    for k in ("ACCL_ALGO", "ACCL_CMA_MIN", "ACCL_ALLREDUCE_DIRECT_MAX"):
-        env.pop(k, None)
+    env.pop("ACCL_ALGO", None)
     return subprocess.call(cmd, env=env)
 
 

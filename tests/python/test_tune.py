@@ -3,6 +3,7 @@ setting that chooses algorithms fail at creation."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import numpy as np
@@ -15,7 +16,8 @@ from accl import tune
 
 def _sum(comm):
     x = np.arange(64 << 10, dtype=np.float32) + comm.rank  # 256 KiB: single copy by default
-    check_array(comm.all_reduce(x), np.arange(64 << 10, dtype=np.float32) * comm.size + 1,
+    n = comm.size
+    check_array(comm.all_reduce(x), np.arange(64 << 10, dtype=np.float32) * n + n * (n - 1) // 2,
                 "all_reduce")
     return True
 
@@ -37,16 +39,28 @@ def test_file_sets_what_the_environment_does_not(tmp_path):
                      make_comm=False)
     assert all("ACCL_ALGO=allreduce:bogus" in m for m in msgs), msgs
     assert run_ranks(2, _sum, env=dict(env, ACCL_ALGO="allreduce:split")) == [True, True]
-    f.write_text("ACCL_CMA_MIN=allreduce:1,allgather:64\nACCL_ALLREDUCE_DIRECT_MAX=0\n")
+    # With a byte-order mark, CRLF line ends and blanks around the names and values.
+    f.write_bytes(b"\xef\xbb\xbfACCL_CMA_MIN = allreduce:1, allgather:64 \r\n"
+                  b"\r\n  ACCL_ALLREDUCE_DIRECT_MAX=0\r\n")
     assert run_ranks(2, _sum, env=env) == [True, True]
 
 
-def test_bad_file_fails_the_communicator(tmp_path):
+@pytest.mark.parametrize("text,error", [
+    ("ACCL_CMA_MIN=-1\nACCL_NO_SUCH=1\n", "line 2: 'ACCL_NO_SUCH=1' is not NAME=VALUE for a var"),
+    ("ACCL_CMA_MIN=-1\n ACCL_CMA_MIN = 0\n", "line 2: 'ACCL_CMA_MIN = 0' sets a variable an "),
+    ("ACCL_TUNING_FILE=/x\n", "line 1: 'ACCL_TUNING_FILE=/x' is not NAME=VALUE"),
+])
+def test_bad_file_fails_the_communicator(tmp_path, text, error):
     f = tmp_path / "tuning.conf"
-    f.write_text("ACCL_CMA_MIN=-1\nACCL_NO_SUCH=1\n")
-    env = {"ACCL_TUNING_FILE": str(f), "EXPECT": f"tuning file {f}, line 2: 'ACCL_NO_SUCH=1'"}
+    f.write_text(text)
+    env = {"ACCL_TUNING_FILE": str(f), "EXPECT": f"tuning file {f}, {error}"}
     run_ranks(2, _make, [env] * 2, make_comm=False)
-    env = {"ACCL_TUNING_FILE": str(tmp_path / "missing"), "EXPECT": "cannot read the tuning file"}
+
+
+@pytest.mark.parametrize("where,error", [("missing", "No such file"), (".", "not a regular")])
+def test_unreadable_file_fails_the_communicator(tmp_path, where, error):
+    path = tmp_path / where
+    env = {"ACCL_TUNING_FILE": str(path), "EXPECT": f"cannot read the tuning file {path}: {error}"}
     run_ranks(2, _make, [env] * 2, make_comm=False)
 
 
@@ -59,10 +73,32 @@ def test_bad_cma_min_is_named(value):
 def test_ranks_that_disagree_fail_naming_the_setting(tmp_path):
     f = tmp_path / "tuning.conf"
     f.write_text("ACCL_CMA_MIN=-1\n")
-    want = "ranks disagree on a setting that every rank must share: rank 0 has ACCL_CMA_MIN"
-    want += " unset, rank 1 has ACCL_CMA_MIN=-1"
-    envs = [{"EXPECT": want}, {"ACCL_TUNING_FILE": str(f), "EXPECT": want}]
-    run_ranks(2, _make, envs, make_comm=False)
+    # Single copy on or off: every rank.
+    want = ("ranks disagree on a setting that every rank must share: rank 0 has ACCL_CMA_MIN "
+            "other than -1, rank 1 has ACCL_CMA_MIN=-1")
+    run_ranks(2, _make, [{"EXPECT": want}, {"ACCL_TUNING_FILE": str(f), "EXPECT": want}],
+              make_comm=False)
+    # What shapes a node's shared memory: the ranks of a node.
+    want = ("ranks disagree on a setting that the ranks of a node must share: rank 0 has "
+            "ACCL_ALLREDUCE_DIRECT_MAX=16384, rank 2 has ACCL_ALLREDUCE_DIRECT_MAX=0")
+    envs = [{"EXPECT": want}] * 2 + [{"ACCL_ALLREDUCE_DIRECT_MAX": "0", "EXPECT": want}]
+    run_ranks(3, _make, envs, make_comm=False)
+
+
+def _two_nodes(uid, rank, size):
+    import os
+
+    # Nodes may differ (each its own accl-tune file): node1 has other thresholds and slots.
+    os.environ["ACCL_HOSTID"] = f"node{rank // 2}"
+    if rank >= 2:
+        os.environ.update(ACCL_CMA_MIN="allreduce:1", ACCL_ALLREDUCE_DIRECT_MAX="0",
+                          ACCL_SHM_SLOT_BYTES="65536")
+    with accl.Communicator(uid, rank, size, 30) as comm:
+        return _sum(comm)
+
+
+def test_nodes_may_differ_in_node_settings():
+    assert run_ranks(4, _two_nodes, make_comm=False) == [True] * 4
 
 
 def test_crossover_rule():
@@ -92,9 +128,19 @@ def test_accl_tune_writes_a_file_later_runs_read(tmp_path):
                               ACCL_DEBUG_SUBSYS="INIT"))
     assert p.returncode == 0, p.stdout + p.stderr
     assert f"does not set come from {out}" in p.stderr, p.stderr
-    # python -m accl.info shows it, and which of its settings the environment overrides.
+    # accl.perf's tables and JSON name it.
+    j = tmp_path / "perf.json"
+    p = run_cmd([sys.executable, "-m", "accl.launch", "-n", "2", sys.executable, "-m",
+                 "accl.perf", "all_reduce", "-b", "8", "-e", "8", "-J", str(j)],
+                env=clean_env(ACCL_TUNING_FILE=str(out)))
+    assert p.returncode == 0 and f"(backend cpu, tuning file {out})" in p.stdout, p.stdout
+    assert json.loads(j.read_text())["tuning_file"] == str(out)
+    # python -m accl.info shows it, and which of its settings the environment overrides; it
+    # hides a secret.
+    out.write_text(out.read_text() + "ACCL_COMM_SECRET=s3cret\n")
     p = run_cmd([sys.executable, "-m", "accl.info"],
                 env=clean_env(ACCL_TUNING_FILE=str(out), ACCL_CMA_MIN="-1"), timeout=60)
     info = p.stdout.split(f"tuning file: {out}\n")[1].splitlines()
     assert info[0].startswith("  ACCL_ALLREDUCE_DIRECT_MAX=") and "wins" not in info[0], p.stdout
     assert info[1].startswith("  ACCL_CMA_MIN=allreduce:") and "wins" in info[1], p.stdout
+    assert info[2] == "  ACCL_COMM_SECRET=(hidden)" and "s3cret" not in p.stdout, p.stdout
