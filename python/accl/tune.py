@@ -124,8 +124,8 @@ def _measure(sizes: list[int], rounds: int, seconds: float,
 
 
 def settings(sizes: list[int], means: dict[tuple[str, str], list[float]]) -> dict[str, str]:
-    """The tuning file's variables from the measured means (no cma candidates: single copy
-    was refused)."""
+    """The tuning file's variables from the measured means; ACCL_CMA_MIN=-1 where there are no
+    cma candidates (single copy refused)."""
     staged = means[("all_reduce", "split")]
     cma = means.get(("all_reduce", "cma"), staged)
     others = [min(a, b) for a, b in zip(staged, cma)]
@@ -155,10 +155,14 @@ def _report(sizes: list[int], means: dict[tuple[str, str], list[float]], rounds:
     import accl
 
     values = settings(sizes, means)
-    lines = [f"# accl tuning file: written by accl-tune {accl.__version__} on "
-             f"{socket.gethostname()}, {datetime.datetime.now():%Y-%m-%d %H:%M}, for {nranks} "
-             "ranks per node",
+    header = "# accl tuning file: written by accl-tune"
+    lines = [f"{header} {accl.__version__} on {socket.gethostname()}, "
+             f"{datetime.datetime.now():%Y-%m-%d %H:%M}, for {nranks} ranks per node",
              *(f"{k}={v}" for k, v in values.items())]
+    if out != "-" and os.path.exists(out):  # the file's other settings stay
+        with open(out) as f:
+            lines += [ln.rstrip("\n") for ln in f if not ln.startswith(header)
+                      and ln.split("=", 1)[0].strip() not in values]
     text = "\n".join(lines) + "\n"
     sys.stdout.write(text)
     if out != "-":

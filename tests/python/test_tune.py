@@ -111,12 +111,14 @@ def test_crossover_rule():
 
 def test_accl_tune_writes_a_file_later_runs_read(tmp_path):
     out = tmp_path / "t.conf"
+    out.write_text("# mine\nACCL_SPIN_US=10\nACCL_CMA_MIN=-1\n")  # one line stays, one goes
     p = run_cmd([sys.executable, "-m", "accl.tune", "-np", "2", "-o", str(out), "--sizes",
                  "4K,64K", "--rounds", "1", "--seconds", "0", "-n", "2"], timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     lines = [ln for ln in out.read_text().splitlines() if not ln.startswith("#")]
     names = [ln.split("=", 1)[0] for ln in lines]
-    assert names == ["ACCL_ALLREDUCE_DIRECT_MAX", "ACCL_CMA_MIN"], lines
+    assert names == ["ACCL_ALLREDUCE_DIRECT_MAX", "ACCL_CMA_MIN", "ACCL_SPIN_US"], lines
+    assert "# mine" in out.read_text()
     items = dict(i.split(":") for i in lines[1].split("=", 1)[1].split(","))
     assert set(items) == {"allreduce", "allgather", "reducescatter", "broadcast"}, items
     assert all(v in ("4096", "65536", "131072") for v in items.values()), items
@@ -143,4 +145,5 @@ def test_accl_tune_writes_a_file_later_runs_read(tmp_path):
     info = p.stdout.split(f"tuning file: {out}\n")[1].splitlines()
     assert info[0].startswith("  ACCL_ALLREDUCE_DIRECT_MAX=") and "wins" not in info[0], p.stdout
     assert info[1].startswith("  ACCL_CMA_MIN=allreduce:") and "wins" in info[1], p.stdout
-    assert info[2] == "  ACCL_COMM_SECRET=(hidden)" and "s3cret" not in p.stdout, p.stdout
+    assert info[2:4] == ["  ACCL_SPIN_US=10", "  ACCL_COMM_SECRET=(hidden)"], p.stdout
+    assert "s3cret" not in p.stdout, p.stdout
