@@ -193,8 +193,10 @@ ONECCL_ENV = {
 
 class OnecclRunner:
     """Intel oneCCL's C++ API through the shim of `make oneccl` (ctypes), on the ranks of
-    accl.launch or torchrun. The ranks find oneCCL's key-value store through a file named after
-    the launch (ACCL_UNIQUE_ID, else MASTER_ADDR and MASTER_PORT) in the temporary directory."""
+    accl.launch or torchrun, on one node. The ranks find oneCCL's key-value store through a file
+    in the temporary directory named after the launch (ACCL_UNIQUE_ID, else MASTER_ADDR and
+    MASTER_PORT) and the launcher's pid, the ranks' parent: a crashed run's file on a reused
+    port is not taken for this run's."""
 
     library = "oneccl"
 
@@ -215,7 +217,7 @@ class OnecclRunner:
         launch = env.get("ACCL_UNIQUE_ID") or f"{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}"
         if launch == "None:None":
             raise SystemExit("accl.perf: oneccl needs accl.launch or torchrun (MASTER_PORT)")
-        key = hashlib.sha1(launch.encode()).hexdigest()[:16]
+        key = hashlib.sha1(f"{launch} {os.getppid()}".encode()).hexdigest()[:16]
         path = os.path.join(tempfile.gettempdir(), f"accl-perf-oneccl-{key}")
         self._check(lib.oneccl_init(self.rank, self.size, path.encode(), 60.0), "init")
         self.backend = f"oneCCL {lib.oneccl_version().decode()} {env['CCL_ATL_TRANSPORT']}"
