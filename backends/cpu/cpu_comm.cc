@@ -84,13 +84,14 @@ constexpr Param kLocal[] = {Param::CmaMin, Param::AllReduceDirectMax, Param::Shm
 // NAME=value lines.
 std::string settingsText(bool global) {
   std::string text;
-  for (Param p : global ? std::vector<Param>(std::begin(kGlobal), std::end(kGlobal))
-                        : std::vector<Param>(std::begin(kLocal), std::end(kLocal)))
-    text += format("%s=%s\n", paramName(p), paramString(p).c_str());
-  if (global)
-    text += std::string(paramName(Param::CmaMin)) +
-            (paramString(Param::CmaMin) == "-1" ? "=-1\n" : " other than -1\n");
-  return text;
+  auto add = [&](Param p) { text += format("%s=%s\n", paramName(p), paramString(p).c_str()); };
+  if (!global) {
+    for (Param p : kLocal) add(p);
+    return text;
+  }
+  for (Param p : kGlobal) add(p);
+  return text + paramName(Param::CmaMin) +
+         (paramString(Param::CmaMin) == "-1" ? "=-1\n" : " other than -1\n");
 }
 
 uint64_t fnv1a(const std::string& s) {
