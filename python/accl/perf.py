@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import statistics
 import sys
 from collections.abc import Callable
@@ -569,11 +570,31 @@ def totals(rows: list[dict]) -> tuple[int, float]:
     return sum(m["wrong"] or 0 for m in done), avg
 
 
+HUGE_PAGE = 2 << 20
+
+
+def buffer(count: int, dtype: np.dtype) -> np.ndarray:
+    """A zeroed array starting at a 2 MiB boundary, with transparent huge pages advised (they
+    back it where the kernel allows). Every library of a comparison runs in processes of its
+    own, and with numpy's allocation whether the first megabytes of a buffer were huge pages
+    depended on where each process's allocator put it: a single-copy all_gather of 64 KiB to
+    1 MiB blocks took 1.3-1.5x longer on small pages, so that lottery, not the library, picked
+    the leader at those sizes."""
+    m = mmap.mmap(-1, count * dtype.itemsize + HUGE_PAGE)  # anonymous memory is zeroed
+    skip = -np.frombuffer(m, np.uint8, 1).ctypes.data % HUGE_PAGE
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            m.madvise(mmap.MADV_HUGEPAGE, skip, len(m) - skip)
+        except OSError:
+            pass  # a kernel without transparent huge pages: small pages for every library
+    return np.frombuffer(m, dtype, count, skip)
+
+
 def _sweep(runner: Any, opts: Options) -> int:
     h = Harness(runner, opts)
     top = opts.sizes[-1] // h.itemsize
-    send = np.zeros(top, h.np_dtype)
-    recv = np.zeros(top, h.np_dtype)
+    send = buffer(top, np.dtype(h.np_dtype))
+    recv = buffer(top, np.dtype(h.np_dtype))
     lead = runner.rank == 0
     progress = Progress() if lead else None
     rows = []

@@ -119,6 +119,15 @@ def test_the_check_sees_missing_results(name):
         assert row[mode]["wrong"] > 0, (name, mode, row)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint8])
+def test_buffers_start_at_a_huge_page_boundary(dtype):
+    b = perf.buffer(1000, np.dtype(dtype))
+    assert b.ctypes.data % perf.HUGE_PAGE == 0
+    assert b.dtype == dtype and b.size == 1000 and not b.any()
+    b[:] = 7  # writable to its end
+    assert (b == 7).all()
+
+
 def test_np_launches_the_ranks_and_prints_a_plain_table():
     p = run_cmd([sys.executable, "-m", "accl.perf", "all_reduce", "sendrecv", "-np", "2", "-b", "8",
                  "-e", "1K", "-f", "8", "-n", "2", "-w", "1"])
