@@ -70,14 +70,14 @@ void gather(const acclBackendCommArgs_v1& a, void* data, size_t bytes) {
 
 // ACCL_CMA_MIN: the smallest message (bytes per rank) each collective copies once, straight
 // between the ranks' buffers, instead of through /dev/shm. Unset or 0: the crossovers measured
-// at 2 ranks (docs/algorithms.md); another number: for all four; collective:bytes items: for
-// those named. Returns false for -1 (never).
+// at 2 ranks over fast and slow minutes (docs/algorithms.md); another number: for all four;
+// collective:bytes items: for those named. Returns false for -1 (never).
 bool cmaCrossovers(size_t* min) {
   std::fill(min, min + kNumColls, SIZE_MAX);  // no single-copy form
   min[kAllReduce] = 32 << 10;
-  min[kAllGather] = 16 << 10;
-  min[kReduceScatter] = 32 << 10;
-  min[kBroadcast] = 32 << 10;
+  min[kAllGather] = 8 << 10;
+  min[kReduceScatter] = 8 << 10;
+  min[kBroadcast] = 16 << 10;
   const std::string spec = paramString(Param::CmaMin);
   auto bytes = [&](const std::string& text) {
     char* end = nullptr;
