@@ -577,10 +577,12 @@ def buffer(count: int, dtype: np.dtype) -> np.ndarray:
     """A zeroed array starting at a 2 MiB boundary, with transparent huge pages advised (they
     back it where the kernel allows). Every library of a comparison runs in processes of its
     own, and with numpy's allocation whether the first megabytes of a buffer were huge pages
-    depended on where each process's allocator put it: a single-copy all_gather of 64 KiB to
-    1 MiB blocks took 1.3-1.5x longer on small pages, so that lottery, not the library, picked
-    the leader at those sizes."""
-    m = mmap.mmap(-1, count * dtype.itemsize + HUGE_PAGE)  # anonymous memory is zeroed
+    depended on where each process's allocator put it: accl's single-copy all_gather of 128 KiB
+    to 1 MiB took 1.5-1.6x longer on small pages, so that lottery, not the library, picked the
+    leader at those sizes."""
+    # Private, as numpy's and torch's memory is (a shared mapping would be shmem, whose pages
+    # the kernel pins and copies differently); anonymous memory is zeroed.
+    m = mmap.mmap(-1, count * dtype.itemsize + HUGE_PAGE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     skip = -np.frombuffer(m, np.uint8, 1).ctypes.data % HUGE_PAGE
     if hasattr(mmap, "MADV_HUGEPAGE"):
         try:
