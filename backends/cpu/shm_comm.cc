@@ -76,7 +76,7 @@ bool cmaCrossovers(size_t* min) {
   std::fill(min, min + kNumColls, SIZE_MAX);  // no single-copy form
   min[kAllReduce] = 32 << 10;
   min[kAllGather] = 8 << 10;
-  min[kReduceScatter] = 8 << 10;
+  min[kReduceScatter] = 16 << 10;
   min[kBroadcast] = 16 << 10;
   const std::string spec = paramString(Param::CmaMin);
   auto bytes = [&](const std::string& text) {
