@@ -12,7 +12,6 @@ import glob
 import multiprocessing as mp
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -161,9 +160,12 @@ def expect_raises(exc: type[BaseException], contains: str, fn: Callable, *args, 
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for MASTER_PORT or ACCL_COMM_ID, chosen as accl.launch does: below the kernel's
+    ephemeral range, so that no outgoing connection (not even a rank's own early connect to it,
+    which can connect to itself) takes it before rank 0 listens."""
+    from accl.launch import _free_port
+
+    return _free_port()
 
 
 # Variables through which some launcher could be recognised; tests start from an env without.

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from accl_testing import clean_env, shm_segments
+from accl_testing import clean_env, free_port, shm_segments
 
 NRANKS = 4
 HOSTS = ["node-a", "node-a", "node-b", "node-b"]  # ranks 0, 2 lead their nodes
@@ -51,9 +51,7 @@ def worker() -> int:
 
 
 def run_job(victim: int, **env: str) -> tuple[list[subprocess.Popen], list[str]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     procs = [subprocess.Popen(
         [sys.executable, __file__], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env=clean_env(RANK=str(r), WORLD_SIZE=str(NRANKS), MASTER_ADDR="127.0.0.1",

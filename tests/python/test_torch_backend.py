@@ -566,12 +566,11 @@ def test_abort_from_another_thread():
 
 def test_dead_peer_is_named_within_5_seconds():
     # Ranks started directly: accl.launch would stop the survivors as soon as one rank dies.
-    import socket
     import subprocess
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from accl_testing import free_port
+
+    port = free_port()
     procs = [subprocess.Popen([sys.executable, __file__, "dead_peer"], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True,
                               env=clean_env(RANK=str(r), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1",
