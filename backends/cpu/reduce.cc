@@ -8,6 +8,10 @@
 
 #include "errors.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 // Half-precision kernels are built twice, for the baseline and for x86-64-v3 (AVX2, F16C, FMA),
 // and the loader picks the best the CPU has: one binary, full speed where the CPU allows.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -242,6 +246,37 @@ void reduce(void* dst, const void* const* srcs, int n, size_t count, acclDataTyp
     case acclFloat8e5m2: return byOp<Fp8<false>>(dst, srcs, n, count, op, div);
     default: ACCL_THROW(acclInvalidArgument, "datatype %d is not an acclDataType_t", (int)type);
   }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+namespace {
+__attribute__((target("avx2"))) void streamLines(char* d, const char* s, size_t lines) {
+  for (size_t i = 0; i < lines * 64; i += 64) {
+    __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), lo);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), hi);
+  }
+  _mm_sfence();  // the streamed lines are visible before whatever tells a peer they are there
+}
+}  // namespace
+#endif
+
+void copyUncached(void* dst, const void* src, size_t bytes) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2 && bytes >= kUncachedCopyBytes) {
+    char* d = static_cast<char*>(dst);
+    const char* s = static_cast<const char*>(src);
+    size_t head = -reinterpret_cast<uintptr_t>(d) & 63;  // streaming stores need aligned lines
+    size_t lines = (bytes - head) / 64;
+    memcpy(d, s, head);
+    streamLines(d + head, s + head, lines);
+    memcpy(d + head + lines * 64, s + head + lines * 64, bytes - head - lines * 64);
+    return;
+  }
+#endif
+  memcpy(dst, src, bytes);
 }
 
 }  // namespace cpu

@@ -1,4 +1,4 @@
-// Reduction kernels for every accl type and op.
+// Data kernels: the reductions for every accl type and op, and the copy for large blocks.
 #pragma once
 
 #include <cstddef>
@@ -19,6 +19,12 @@ inline void divide(void* buf, size_t count, acclDataType_t type, int n) {
   const void* src = buf;
   reduce(buf, &src, 1, count, type, acclAvg, n);
 }
+
+// memcpy for a block that nobody reads again in this call (a rank's own block of an
+// all-gather, the root's copy of a broadcast): from kUncachedCopyBytes on, it stores around the
+// caches, so the copy neither reads the destination first nor evicts what the next copy needs.
+constexpr size_t kUncachedCopyBytes = size_t(4) << 20;
+void copyUncached(void* dst, const void* src, size_t bytes);
 
 }  // namespace cpu
 }  // namespace accl

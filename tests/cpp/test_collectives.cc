@@ -208,6 +208,24 @@ TEST_CASE(multichunk) {
   return ok ? 0 : 1;
 }
 
+// Blocks from 4 MiB on, where a rank's own block (all-gather, gather, scatter, alltoall) and the
+// root's copy (broadcast) bypass the caches: odd sizes and odd offsets, so the streamed middle
+// has an unaligned head and a short tail on some ranks.
+TEST_CASE(uncached_copies) {
+  bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
+    const int n = c.nranks;
+    const size_t odd = (size_t(4) << 20) + 3;  // int8
+    runAllGather(c, acclInt8, odd, false, 21);
+    runAllGather(c, acclFloat32, (size_t(1) << 20) + 1, false, 22);
+    runBroadcast(c, acclInt8, odd, n - 1, false, 23);
+    runGather(c, acclInt8, odd, n / 2, false, 24);
+    runScatter(c, acclInt8, odd, 0, false, 25);
+    runAlltoAll(c, acclInt8, odd, false, 26);
+    sanityAllReduce(c, "the collectives with uncached copies");
+  });
+  return ok ? 0 : 1;
+}
+
 // The one 64 MiB case: a float32 all-reduce of 16 Mi elements.
 TEST_CASE(allreduce_64mib) {
   bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {

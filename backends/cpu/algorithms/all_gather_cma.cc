@@ -18,7 +18,7 @@ void allGatherCma(ShmComm& c, const CollArgs& a) {
   c.barrier();
   // The own block first: 5-10% faster than last for 8-32 MiB blocks (2 ranks, alternating runs;
   // level at 1 MiB), while the peers read this input.
-  if (a.send != recv + me * bytes) memcpy(recv + me * bytes, a.send, bytes);
+  if (a.send != recv + me * bytes) copyUncached(recv + me * bytes, a.send, bytes);
   for (int q = 0; q < n; ++q)
     if (q != me) c.cmaRead(q, recv + q * bytes, c.peer(q).sendAddr, bytes);
   c.barrier();  // no peer reads this rank's input any more

@@ -15,7 +15,7 @@ void broadcastCma(ShmComm& c, const CollArgs& a) {
   c.publish(a.send, a.recv);
   c.barrier();
   if (c.rank() != a.root) c.cmaRead(a.root, a.recv, c.peer(a.root).sendAddr, bytes);
-  else if (a.send != a.recv) memcpy(a.recv, a.send, bytes);
+  else if (a.send != a.recv) copyUncached(a.recv, a.send, bytes);
   c.barrier();  // the root's input is read by all
 }
 

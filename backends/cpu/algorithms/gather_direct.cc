@@ -16,7 +16,8 @@ void gatherDirect(ShmComm& c, const CollArgs& a) {
   const int n = c.nranks(), me = c.rank();
   char* recv = static_cast<char*>(a.recv);
   const bool root = me == a.root;
-  if (root && a.send != recv + me * a.count * es) memcpy(recv + me * a.count * es, a.send, a.count * es);
+  if (root && a.send != recv + me * a.count * es)
+    copyUncached(recv + me * a.count * es, a.send, a.count * es);
   for (size_t off = 0; off < a.count; off += chunk) {
     size_t len = std::min(chunk, a.count - off);
     int set = c.nextSet();

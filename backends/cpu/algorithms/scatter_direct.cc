@@ -16,7 +16,8 @@ void scatterDirect(ShmComm& c, const CollArgs& a) {
   const int n = c.nranks(), me = c.rank();
   const char* send = static_cast<const char*>(a.send);
   const bool root = me == a.root;
-  if (root && a.recv != send + me * a.count * es) memcpy(a.recv, send + me * a.count * es, a.count * es);
+  if (root && a.recv != send + me * a.count * es)
+    copyUncached(a.recv, send + me * a.count * es, a.count * es);
   for (size_t off = 0; off < a.count; off += chunk) {
     size_t len = std::min(chunk, a.count - off);
     int set = c.nextSet();
