@@ -257,7 +257,7 @@ __attribute__((target("avx2"))) void streamLines(char* d, const char* s, size_t 
     _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), lo);
     _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), hi);
   }
-  _mm_sfence();  // the streamed lines are visible before whatever tells a peer they are there
+  _mm_sfence();  // streaming stores are weakly ordered: before the barrier or flag that follows
 }
 }  // namespace
 #endif

@@ -133,10 +133,13 @@ class ShmComm {
   // run up to kBoxes broadcasts ahead of its slowest reader: with more ranks than cores, readers
   // then catch up several at a time rather than each broadcast waiting for every rank to be
   // scheduled. Every rank takes the next box at each small broadcast; the one that will write
-  // waits until every rank has left the step that last read the box.
+  // waits until every rank has left the step that last read the box. Broadcasts of up to
+  // boxMax() bytes take a box: kBoxBytes with more ranks than cores, 1 KiB otherwise (there,
+  // from 2 KiB, a root running ahead slows its readers down: 2 ranks, 4 KiB, box 1.5x slower).
   static constexpr uint64_t kBoxes = 16;
   static constexpr size_t kBoxBytes = 4096;
   char* nextBox(bool write);
+  size_t boxMax() const { return boxMax_; }
   char* slot(int set, int r) const { return data_ + (size_t(set) * nranks_ + r) * slotBytes_; }
   size_t slotBytes() const { return slotBytes_; }
   // Room for one pointer per rank: the sources of a reduction, without an allocation per call.
@@ -217,6 +220,7 @@ class ShmComm {
   uint64_t synced_ = 0;  // every rank has arrived at this epoch
   uint64_t boxStep_ = 0, boxUsed_[kBoxes] = {};
   long spinNs_ = 0;
+  size_t boxMax_ = kBoxBytes;
   std::vector<const void*> sources_;
   void* base_ = nullptr;
   size_t size_ = 0;
