@@ -9,6 +9,7 @@
 
 #include "cpu_comm.h"
 #include "errors.h"
+#include "reduce.h"
 
 namespace accl {
 namespace cpu {
@@ -48,7 +49,7 @@ bool progressShm(P2pOp& op) {
       if (tail - ch.head.load(std::memory_order_acquire) >= kP2pBufs) break;
       int i = tail % kP2pBufs;
       size_t off = op.done * cb;
-      memcpy(c.channelBuf(me, op.local, i), op.buf + off, std::min(cb, op.bytes - off));
+      copyToSlot(c.channelBuf(me, op.local, i), op.buf + off, std::min(cb, op.bytes - off));
       ch.msgBytes[i] = op.bytes;
       ch.tail.store(tail + 1, std::memory_order_release);
       ++op.done;

@@ -262,13 +262,13 @@ __attribute__((target("avx2"))) void streamLines(char* d, const char* s, size_t 
 }  // namespace
 #endif
 
-void copyUncached(void* dst, const void* src, size_t bytes) {
+void copyUncached(void* dst, const void* src, size_t bytes, size_t from) {
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2 && bytes >= kUncachedCopyBytes) {
+  if (avx2 && bytes >= from) {
     char* d = static_cast<char*>(dst);
     const char* s = static_cast<const char*>(src);
-    size_t head = -reinterpret_cast<uintptr_t>(d) & 63;  // streaming stores need aligned lines
+    size_t head = std::min(bytes, -reinterpret_cast<uintptr_t>(d) & 63);  // aligned lines only
     size_t lines = (bytes - head) / 64;
     memcpy(d, s, head);
     streamLines(d + head, s + head, lines);

@@ -21,10 +21,19 @@ inline void divide(void* buf, size_t count, acclDataType_t type, int n) {
 }
 
 // memcpy for a block that nobody reads again in this call (a rank's own block of an
-// all-gather, the root's copy of a broadcast): from kUncachedCopyBytes on, it stores around the
-// caches, so the copy neither reads the destination first nor evicts what the next copy needs.
+// all-gather, the root's copy of a broadcast): from `from` bytes on, it stores around the caches,
+// so the copy neither reads the destination first nor evicts what the next copy needs.
 constexpr size_t kUncachedCopyBytes = size_t(4) << 20;
-void copyUncached(void* dst, const void* src, size_t bytes);
+void copyUncached(void* dst, const void* src, size_t bytes, size_t from = kUncachedCopyBytes);
+
+// Copy into a staging slot that the peers read next. From kSlotUncachedBytes it streams too,
+// so the readers fetch the lines from memory instead of out of this core's cache: where the
+// cores have separate L3s that is 2-4x faster, where they share one up to 2x slower
+// (docs/algorithms.md, "Staging around the caches").
+constexpr size_t kSlotUncachedBytes = 8192;
+inline void copyToSlot(void* slot, const void* src, size_t bytes) {
+  copyUncached(slot, src, bytes, kSlotUncachedBytes);
+}
 
 }  // namespace cpu
 }  // namespace accl

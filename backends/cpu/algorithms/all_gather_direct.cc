@@ -19,10 +19,12 @@ void allGatherDirect(ShmComm& c, const CollArgs& a) {
   for (size_t off = 0; off < a.count; off += chunk) {
     size_t len = std::min(chunk, a.count - off);
     int set = c.nextSet();
-    memcpy(c.slot(set, me), static_cast<const char*>(a.send) + off * es, len * es);
+    const char* mine = static_cast<const char*>(a.send) + off * es;
+    copyToSlot(c.slot(set, me), mine, len * es);
     c.barrier();
     for (int r = 0; r < n; ++r)
-      if (r != me || !inPlace) memcpy(recv + (r * a.count + off) * es, c.slot(set, r), len * es);
+      if (r != me) memcpy(recv + (r * a.count + off) * es, c.slot(set, r), len * es);
+    if (!inPlace) memcpy(recv + (me * a.count + off) * es, mine, len * es);
   }
 }
 

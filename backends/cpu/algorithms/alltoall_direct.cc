@@ -21,10 +21,12 @@ void alltoAllDirect(ShmComm& c, const CollArgs& a) {
     size_t len = std::min(chunk, a.count - off);
     int set = c.nextSet();
     char* mine = c.slot(set, me);
-    for (int q = 0; q < n; ++q) memcpy(mine + q * chunk * es, send + (q * a.count + off) * es, len * es);
+    for (int q = 0; q < n; ++q)
+      if (q != me) copyToSlot(mine + q * chunk * es, send + (q * a.count + off) * es, len * es);
     c.barrier();
     for (int q = 0; q < n; ++q)
-      memcpy(recv + (q * a.count + off) * es, c.slot(set, q) + me * chunk * es, len * es);
+      if (q != me) memcpy(recv + (q * a.count + off) * es, c.slot(set, q) + me * chunk * es, len * es);
+    if (send != recv) memcpy(recv + (me * a.count + off) * es, send + (me * a.count + off) * es, len * es);
   }
 }
 

@@ -31,7 +31,7 @@ void broadcastDirect(ShmComm& c, const CollArgs& a) {
   for (size_t off = 0; off < a.count; off += chunk) {
     size_t len = std::min(chunk, a.count - off);
     int set = c.nextSet(root);
-    if (root) memcpy(c.slot(set, 0), static_cast<const char*>(a.send) + off * es, len * es);
+    if (root) copyToSlot(c.slot(set, 0), static_cast<const char*>(a.send) + off * es, len * es);
     c.arrive();
     if (root) continue;
     c.waitFor(a.root);

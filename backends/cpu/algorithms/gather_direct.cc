@@ -21,7 +21,7 @@ void gatherDirect(ShmComm& c, const CollArgs& a) {
   for (size_t off = 0; off < a.count; off += chunk) {
     size_t len = std::min(chunk, a.count - off);
     int set = c.nextSet();
-    if (!root) memcpy(c.slot(set, me), static_cast<const char*>(a.send) + off * es, len * es);
+    if (!root) copyToSlot(c.slot(set, me), static_cast<const char*>(a.send) + off * es, len * es);
     c.barrier();
     if (!root) continue;
     for (int r = 0; r < n; ++r)

@@ -20,9 +20,11 @@ void reduceScatterDirect(ShmComm& c, const CollArgs& a) {
     size_t len = std::min(chunk, a.count - off);
     int set = c.nextSet();
     char* mine = c.slot(set, me);
-    for (int q = 0; q < n; ++q) memcpy(mine + q * chunk * es, send + (q * a.count + off) * es, len * es);
+    for (int q = 0; q < n; ++q)
+      if (q != me) copyToSlot(mine + q * chunk * es, send + (q * a.count + off) * es, len * es);
     c.barrier();
     for (int r = 0; r < n; ++r) srcs[r] = c.slot(set, r) + me * chunk * es;
+    srcs[me] = send + (me * a.count + off) * es;  // its own block is not staged
     reduce(static_cast<char*>(a.recv) + off * es, srcs, n, len, a.type, a.op);
   }
 }

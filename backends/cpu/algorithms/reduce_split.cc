@@ -18,7 +18,7 @@ void reduceSplit(ShmComm& c, const CollArgs& a) {
   for (size_t off = 0; off < a.count; off += chunk) {
     size_t len = std::min(chunk, a.count - off);
     int set = c.nextSet();
-    memcpy(c.slot(set, me), static_cast<const char*>(a.send) + off * es, len * es);
+    copyToSlot(c.slot(set, me), static_cast<const char*>(a.send) + off * es, len * es);
     c.barrier();
     partRange(len, me, n, es, &b, &e);
     for (int r = 0; r < n; ++r) srcs[r] = c.slot(set, r) + b * es;

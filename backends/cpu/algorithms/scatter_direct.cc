@@ -23,7 +23,7 @@ void scatterDirect(ShmComm& c, const CollArgs& a) {
     int set = c.nextSet();
     if (root)
       for (int r = 0; r < n; ++r)
-        if (r != me) memcpy(c.slot(set, r), send + (r * a.count + off) * es, len * es);
+        if (r != me) copyToSlot(c.slot(set, r), send + (r * a.count + off) * es, len * es);
     c.barrier();
     if (!root) memcpy(static_cast<char*>(a.recv) + off * es, c.slot(set, me), len * es);
   }
