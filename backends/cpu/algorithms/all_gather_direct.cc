@@ -1,5 +1,5 @@
 // All-gather, direct: every rank copies its chunk into its slot, one barrier, every rank copies
-// all slots out.
+// the peers' slots out (and its own chunk from its input).
 #include <algorithm>
 #include <cstring>
 #include <vector>

@@ -1,6 +1,6 @@
 // All-reduce, direct: per step, every rank copies its chunk into its slot; after one barrier
-// every rank reduces all n slots into its own output. Moves n reads per byte per rank, but needs
-// a single barrier: the choice for small messages, where barriers dominate.
+// every rank reduces the peers' slots and its own input into its output. Moves n reads per byte
+// per rank, but needs a single barrier: the choice for small messages, where barriers dominate.
 #include <algorithm>
 #include <cstring>
 #include <vector>

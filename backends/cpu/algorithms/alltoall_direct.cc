@@ -1,6 +1,7 @@
-// All-to-all, direct: every rank copies the step's chunk of its n blocks into its slot, one
-// barrier, every rank copies its block from each slot. In place is safe: a step reads its chunk
-// of every block into the slot before it overwrites that chunk.
+// All-to-all, direct: every rank copies the step's chunk of its blocks for the peers into its
+// slot, one barrier, every rank copies its block from each peer's slot and its own from its
+// input. In place is safe: a step reads its chunk of every block into the slot before it
+// overwrites that chunk.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -26,7 +27,8 @@ void alltoAllDirect(ShmComm& c, const CollArgs& a) {
     c.barrier();
     for (int q = 0; q < n; ++q)
       if (q != me) memcpy(recv + (q * a.count + off) * es, c.slot(set, q) + me * chunk * es, len * es);
-    if (send != recv) memcpy(recv + (me * a.count + off) * es, send + (me * a.count + off) * es, len * es);
+    const size_t own = (me * a.count + off) * es;
+    if (send != recv) memcpy(recv + own, send + own, len * es);  // in place it is where it belongs
   }
 }
 

@@ -1,5 +1,6 @@
-// Reduce-scatter, direct: every rank copies the step's chunk of all n blocks into its slot, one
-// barrier, rank r reduces block r's chunk across all slots into its output.
+// Reduce-scatter, direct: every rank copies the step's chunk of the peers' n-1 blocks into its
+// slot, one barrier, rank r reduces block r's chunk across the peers' slots and its own input
+// into its output.
 #include <algorithm>
 #include <cstring>
 #include <vector>
