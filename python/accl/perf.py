@@ -589,7 +589,12 @@ def buffer(count: int, dtype: np.dtype) -> np.ndarray:
             m.madvise(mmap.MADV_HUGEPAGE, skip, len(m) - skip)
         except OSError:
             pass  # a kernel without transparent huge pages: small pages for every library
-    return np.frombuffer(m, dtype, count, skip)
+    a = np.frombuffer(m, dtype, count, skip)
+    # Written now: a page first read, by numpy or by a peer's single-copy read, maps the kernel's
+    # shared zero page, which stays in cache however large the buffer, so a sweep timed before
+    # the check writes the data would measure cache, not memory.
+    a.fill(0)
+    return a
 
 
 def _sweep(runner: Any, opts: Options) -> int:

@@ -128,6 +128,19 @@ def test_buffers_start_at_a_huge_page_boundary(dtype):
     assert (b == 7).all()
 
 
+def test_buffers_hold_pages_of_their_own_before_any_call():
+    # /proc/self/pagemap: per 4 KiB page, bit 63 present, bit 56 mapped by this process alone.
+    # An untouched page is absent; one only read maps the kernel's shared zero page (not
+    # exclusive), which a timed loop would read from cache however large the buffer.
+    b = perf.buffer(1 << 18, np.dtype(np.float32))
+    pages = b.nbytes // 4096
+    with open("/proc/self/pagemap", "rb") as f:
+        f.seek(b.ctypes.data // 4096 * 8)
+        entries = np.frombuffer(f.read(pages * 8), np.uint64)
+    own = (entries >> np.uint64(63)) & (entries >> np.uint64(56)) & np.uint64(1)
+    assert own.all(), f"{pages - int(own.sum())} of {pages} pages not written"
+
+
 def test_np_launches_the_ranks_and_prints_a_plain_table():
     p = run_cmd([sys.executable, "-m", "accl.perf", "all_reduce", "sendrecv", "-np", "2", "-b", "8",
                  "-e", "1K", "-f", "8", "-n", "2", "-w", "1"])
