@@ -19,6 +19,7 @@ are kept alive until then, but their contents are not final before it.
 from __future__ import annotations
 
 import json
+import numbers
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -117,6 +118,11 @@ def _blocks(name: str, count: int, size: int) -> int:
 
 
 def _reduction(dtype: int, op: int) -> tuple[int, int]:
+    if isinstance(op, bool) or not isinstance(op, numbers.Integral):
+        # e.g. an output array passed where op goes: reduce_scatter(x, out) instead of out=out
+        raise InvalidArgumentError(
+            f"op: expected accl.SUM, PROD, MAX, MIN or AVG, got {type(op).__name__}"
+        )
     if dtype != t.BOOL:
         return dtype, op
     if op == t.MAX or op == t.MIN:

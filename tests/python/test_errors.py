@@ -59,6 +59,12 @@ def bad_inputs_worker(comm):
             (Bad, "elements do not split", comm.reduce_scatter, (np.ones(16 * n + 1),), {}),
             (Bad, "elements do not split", comm.all_to_all, (np.ones(16 * n + 1),), {}),
         ]
+    cases += [
+        (Bad, "op: expected accl.SUM, PROD, MAX, MIN or AVG, got ndarray", comm.reduce_scatter,
+         (np.ones(16 * n, np.float32), np.empty(16, np.float32)), {}),
+        (Bad, "op: expected accl.SUM, PROD, MAX, MIN or AVG, got str", comm.all_reduce, (x,),
+         {"op": "sum"}),
+    ]
     # Checks of what only the root reads raise on the root only; other ranks make no call.
     root_only = [
         (Bad, f"x: expected {16 * n} elements of float32, got 16 of float32",
