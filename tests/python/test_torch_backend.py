@@ -23,7 +23,7 @@ if __name__ != "__main__":
     import importlib.util
 
     import accl  # noqa: F401  (the package, for find_spec below)
-    from accl_testing import PYTHON_DIR, clean_env, launch_cmd, run_cmd
+    from accl_testing import PYTHON_DIR, clean_env, free_port, launch_cmd, run_cmd
 
     if importlib.util.find_spec("accl._accl_torch") is None:
         pytest.skip("accl._accl_torch was not built (torch was not importable at build time)",
@@ -567,8 +567,6 @@ def test_abort_from_another_thread():
 def test_dead_peer_is_named_within_5_seconds():
     # Ranks started directly: accl.launch would stop the survivors as soon as one rank dies.
     import subprocess
-
-    from accl_testing import free_port
 
     port = free_port()
     procs = [subprocess.Popen([sys.executable, __file__, "dead_peer"], stdout=subprocess.PIPE,
