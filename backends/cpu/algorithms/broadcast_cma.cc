@@ -1,8 +1,9 @@
 // Broadcast, single copy: every rank reads the root's input straight from the root's memory.
-#include <algorithm>
-#include <cstring>
-#include <vector>
-
+// In place the root has no copy of its own to make, so it takes a share of the readers' copies:
+// it writes the last 1/n of the message into each of the n-1 readers while they read the rest.
+// Each process then copies (n-1)/n of the message instead of the readers copying all of it while
+// the root waits. That halves the time at 2 ranks, and with more ranks than cores it still
+// helps (4 ranks on 2 cores: 0.74-0.82 of the time from 1 MiB), as the work is the same.
 #include "algorithms/algorithms.h"
 #include "reduce.h"
 #include "types.h"
@@ -14,9 +15,20 @@ void broadcastCma(ShmComm& c, const CollArgs& a) {
   const size_t bytes = a.count * typeSize(a.type);
   c.publish(a.send, a.recv);
   c.barrier();
-  if (c.rank() != a.root) c.cmaRead(a.root, a.recv, c.peer(a.root).sendAddr, bytes);
-  else if (a.send != a.recv) copyUncached(a.recv, a.send, bytes);
-  c.barrier();  // the root's input is read by all
+  // Only the root's buffers say whether it is in place (a reader's send is not used).
+  const RankCtrl& root = c.peer(a.root);
+  const size_t rootShare = root.sendAddr == root.recvAddr ? bytes / c.nranks() / 64 * 64 : 0;
+  const size_t head = bytes - rootShare;
+  if (c.rank() != a.root) {
+    c.cmaRead(a.root, a.recv, root.sendAddr, head);
+  } else if (a.send != a.recv) {
+    copyUncached(a.recv, a.send, bytes);
+  } else if (rootShare) {
+    for (int r = 0; r < c.nranks(); ++r)
+      if (r != a.root)
+        c.cmaWrite(r, c.peer(r).recvAddr + head, static_cast<const char*>(a.send) + head, rootShare);
+  }
+  c.barrier();  // the root's input is read by all, and the root wrote into every reader
 }
 
 }  // namespace cpu
