@@ -177,7 +177,13 @@ class ShmComm {
                                 std::min<size_t>(512 << 10, (2 << 20) / std::max(1, nranks_ - 1)));
     return b / 4096 * 4096;
   }
-  char* cmaScratch();
+  // The buffers start at the same offset within a 4 KiB page as `out`, which the chunks are
+  // reduced into. 16 bytes above it, where malloc put them against a page-aligned output, the
+  // in-place reduce-scatter of 16-32 MiB took 1.3-1.7x longer (2 ranks), as a buffer so placed
+  // does against any output; 0, 32 or 48 bytes above, or 16 below, were level. Loads that match
+  // the low 12 bits of stores just issued wait for them (4K aliasing); at the same offset a
+  // load of element i only matches the store of element i, which comes after it.
+  char* cmaScratch(const void* out);
 
   // Throws if this communicator or a peer's was aborted, or (checked at most every 200 ms) the
   // process of an awaited rank is gone. Only awaited ranks count: a rank whose part is done

@@ -30,7 +30,7 @@ void reduceRange(ShmComm& c, const CollArgs& a, size_t from, size_t len, char* o
   const int n = c.nranks(), me = c.rank();
   const char* send = static_cast<const char*>(a.send);
   const void** srcs = c.sources();
-  char* scratch = c.cmaScratch();
+  char* scratch = c.cmaScratch(out);
   // Out of place, the first peer's chunk is read straight into the output, where its sum lands
   // anyway, instead of into a private buffer: 1.2-1.6x faster at 16-64 MiB (2 ranks, huge
   // pages). In place the output holds this rank's own input: no peer is read there (-1).
