@@ -3,13 +3,14 @@
 
 import io
 import json
+import os
 import sys
 
 import numpy as np
 import pytest
 
 from accl import perf, perf_compare
-from accl_testing import launch_cmd, run_cmd
+from accl_testing import REPO, launch_cmd, run_cmd
 
 ALL = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall",
        "sendrecv", "gather", "scatter"]
@@ -151,6 +152,18 @@ def test_np_launches_the_ranks_and_prints_a_plain_table():
     rows = [line.split() for line in lines if not line.startswith("#")]
     assert [r[0] for r in rows] == ["8", "64", "512"] * 2 and all(r[8] == "0" for r in rows)
     assert "# Out of bounds values : 0 OK" in lines
+
+
+def test_fresh_inputs_prints_stale_and_fresh_times():
+    """perf/fresh_inputs.py: a row per input size, stale and fresh times, and their ratio."""
+    p = run_cmd(launch_cmd(2, sys.executable, os.path.join(REPO, "perf", "fresh_inputs.py"),
+                           "all_gather", "reduce_scatter", "--rounds", "1", "--iters", "2"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = rows_of(p.stdout)
+    assert [int(r[0]) for r in rows] == [64 << 10, 256 << 10, 1 << 20, 4 << 20] * 2, p.stdout
+    for _, stale, fresh, ratio in rows:  # the times are printed to 0.1 us, the ratio to 0.01
+        assert float(stale) > 0
+        assert abs(float(fresh) / float(stale) - float(ratio)) <= 0.05 * abs(float(ratio)) + 0.01
 
 
 class _Terminal(io.StringIO):
