@@ -30,9 +30,9 @@ void broadcastCma(ShmComm& c, const CollArgs& a) {
   } else if (a.send != a.recv) {
     copyUncached(a.recv, a.send, bytes);
   } else if (rootShare) {
+    const char* tail = static_cast<const char*>(a.send) + head;
     for (int r = 0; r < c.nranks(); ++r)
-      if (r != a.root)
-        c.cmaWrite(r, c.peer(r).recvAddr + head, static_cast<const char*>(a.send) + head, rootShare);
+      if (r != a.root) c.cmaWrite(r, c.peer(r).recvAddr + head, tail, rootShare);
   }
   c.barrier();  // the root's input is read by all, and the root wrote into every reader
 }
