@@ -413,7 +413,6 @@ void ShmComm::cmaCopy(int r, void* local, uint64_t remote, size_t bytes, bool wr
 }
 
 char* ShmComm::cmaScratch(const void* out) {
-  constexpr uintptr_t kPage = 4096;
   if (cmaScratch_.empty()) cmaScratch_.resize((nranks_ - 1) * cmaChunkBytes() + 2 * kPage);
   const uintptr_t page = alignUp(reinterpret_cast<uintptr_t>(cmaScratch_.data()), kPage);
   return reinterpret_cast<char*>(page + reinterpret_cast<uintptr_t>(out) % kPage);
