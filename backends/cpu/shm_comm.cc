@@ -434,8 +434,10 @@ void ShmComm::waitRanks(int only, uint64_t epoch) {
     return (only < 0 || r == only) && ctrl_[r].epoch.load(std::memory_order_acquire) < epoch;
   };
   Backoff wait(args_->timeout, spinNs_, [&] { checkAbort(missing); });
+  uint64_t lowest = UINT64_MAX;  // the least epoch seen: all have reached it, maybe past `epoch`
   for (int r = only < 0 ? 0 : only; r < (only < 0 ? nranks_ : only + 1); ++r) {
-    while (ctrl_[r].epoch.load(std::memory_order_acquire) < epoch) {
+    uint64_t e;
+    while ((e = ctrl_[r].epoch.load(std::memory_order_acquire)) < epoch) {
       wait.pause([&] {
         std::string list, notes;
         for (int q = 0; q < nranks_; ++q) {
@@ -448,8 +450,9 @@ void ShmComm::waitRanks(int only, uint64_t epoch) {
         return "ranks " + list + " to arrive" + notes;
       });
     }
+    lowest = std::min(lowest, e);
   }
-  if (only < 0) synced_ = std::max(synced_, epoch);
+  if (only < 0) synced_ = std::max(synced_, lowest);
 }
 
 }  // namespace cpu

@@ -136,7 +136,7 @@ class ShmComm {
   // waits until every rank has left the step that last read the box. Broadcasts of up to
   // boxMax() bytes take a box: kBoxBytes with more ranks than cores, 1 KiB otherwise (there,
   // from 2 KiB, a root running ahead slows its readers down: 2 ranks, 4 KiB, box 1.5x slower).
-  static constexpr uint64_t kBoxes = 16;
+  static constexpr uint64_t kBoxes = 64;
   static constexpr size_t kBoxBytes = 4096;
   char* nextBox(bool write);
   size_t boxMax() const { return boxMax_; }

@@ -300,15 +300,15 @@ def test_forced_algorithm_errors(algo, host, message):
 def broadcast_stream_worker(comm, sizes):
     """Back-to-back broadcasts, from rotating roots mixed with all-reduces, then from one root
     while the last rank now and then sleeps. A root goes on without waiting for its readers
-    (up to 16 small broadcasts ahead; its next write to a buffer waits until every rank has
+    (up to 64 small broadcasts ahead; its next write to a buffer waits until every rank has
     read what it held), so a root that overwrote data still to be read shows here."""
     n = comm.size
     for i in range(600):
         # The second half sends only what fits a small broadcast's buffer (4 KiB).
         root = i % n if i < 300 else 0
         count = sizes[i % len(sizes)] if i < 300 else min(sizes[i % len(sizes)], 500)
-        if i >= 300 and i % 40 == 0 and comm.rank == n - 1:
-            time.sleep(0.002)  # the root runs ahead meanwhile
+        if i >= 300 and i % 100 == 0 and comm.rank == n - 1:
+            time.sleep(0.002)  # the root runs ahead meanwhile, past the last box
         x = np.full(count, comm.rank * 1000 + i, np.int64)
         comm.broadcast(x, root=root)
         check_array(x, np.full(count, root * 1000 + i, np.int64), f"broadcast {i} from {root}")
