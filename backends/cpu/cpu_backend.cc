@@ -236,7 +236,16 @@ void reduceScatterAuto(ShmComm& c, const CollArgs& a) {
   else reduceScatterDirect(c, a);
 }
 
-void barrierShm(ShmComm& c, const CollArgs&) { c.barrier(); }
+// With more ranks than cores, the barrier releases everyone through rank 0: ranks wait for all
+// to arrive, then for rank 0 to arrive once more, so rank 0 (the usual root) runs on first and
+// a rank sharing its core waits before its next call, not in it, for rank 0 to be scheduled.
+// Otherwise the last to arrive runs on first (docs/algorithms.md, "Barrier").
+void barrierShm(ShmComm& c, const CollArgs&) {
+  c.barrier();
+  if (!c.oversubscribed()) return;
+  c.arrive();
+  if (c.rank() != 0) c.waitFor(0);
+}
 
 }  // namespace cpu
 }  // namespace accl

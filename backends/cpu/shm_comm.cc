@@ -185,9 +185,9 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   ACCL_ARG_CHECK(stopped > 0, "ACCL_HEARTBEAT_TIMEOUT=%g must be > 0", stopped);
   stoppedLimit_ = std::chrono::duration<double>(stopped);
   // With more ranks than cores a spinning rank takes the core its peer needs: yield at once.
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  spinNs_ = nranks_ > cores ? 0 : paramInt(Param::SpinUs) * 1000;
-  boxMax_ = nranks_ > cores ? kBoxBytes : 1024;
+  oversubscribed_ = nranks_ > sysconf(_SC_NPROCESSORS_ONLN);
+  spinNs_ = oversubscribed_ ? 0 : paramInt(Param::SpinUs) * 1000;
+  boxMax_ = oversubscribed_ ? kBoxBytes : 1024;
   // Every exchange below is an all-gather over all ranks of the communicator (the bootstrap
   // knows no other), so each node reads its own members' slots: `lead` made the segment.
   const int lead = members_[0];

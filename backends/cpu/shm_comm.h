@@ -153,6 +153,7 @@ class ShmComm {
   size_t p2pBytes() const { return p2pBytes_; }
   // How long a wait spins before it yields: ACCL_SPIN_US, or 0 with more ranks than cores.
   long spinNs() const { return spinNs_; }
+  bool oversubscribed() const { return oversubscribed_; }  // more ranks than cores
 
   // Single copy (cross-memory attach): peers read this rank's buffers directly. Enabled when
   // every rank can read every other (same user, no ptrace restriction) and ACCL_CMA_MIN is not
@@ -225,6 +226,7 @@ class ShmComm {
   uint64_t epoch_ = 0, step_ = 0;
   uint64_t synced_ = 0;  // every rank has arrived at this epoch
   uint64_t boxStep_ = 0, boxUsed_[kBoxes] = {};
+  bool oversubscribed_ = false;
   long spinNs_ = 0;
   size_t boxMax_ = kBoxBytes;
   std::vector<const void*> sources_;
