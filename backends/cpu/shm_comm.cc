@@ -71,7 +71,7 @@ void gather(const acclBackendCommArgs_v1& a, void* data, size_t bytes) {
 // ACCL_CMA_MIN: the smallest message (bytes per rank) each collective copies once, straight
 // between the ranks' buffers, instead of through /dev/shm. Unset or 0: the crossovers measured
 // at 2 ranks over fast and slow minutes (docs/algorithms.md); another number: for all four;
-// collective:bytes items: for those named. Returns false for -1 (never).
+// collective:bytes items: for those named (bytes -1: never). Returns false for -1 alone (never).
 bool cmaCrossovers(size_t* min) {
   std::fill(min, min + kNumColls, SIZE_MAX);  // no single-copy form
   min[kAllReduce] = 32 << 10;
@@ -79,7 +79,8 @@ bool cmaCrossovers(size_t* min) {
   min[kReduceScatter] = 16 << 10;
   min[kBroadcast] = 16 << 10;
   const std::string spec = paramString(Param::CmaMin);
-  auto bytes = [&](const std::string& text) {
+  auto bytes = [&](const std::string& text) -> size_t {
+    if (text == "-1") return SIZE_MAX;  // never, for the collective named
     char* end = nullptr;
     long long v = strtoll(text.c_str(), &end, 0);
     if (text.empty() || *end || v < 0)
@@ -310,8 +311,15 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   if (!canSeePeers_)
     ACCL_INFO("SHM", "rank %d: cannot see every peer's process (another pid namespace, or a "
               "peer already exited): a dead peer is found by the timeout only", args_->rank);
-  ACCL_INFO("SHM", "rank %d: segment %s, %zu MiB, %d ranks", args_->rank, info[lead].name,
-            total >> 20, nranks_);
+  std::string single;
+  for (auto [k, name] : {std::pair{kAllReduce, "allreduce"}, {kAllGather, "allgather"},
+                         {kReduceScatter, "reducescatter"}, {kBroadcast, "broadcast"}}) {
+    single += format("%s %s %s", single.empty() ? "" : ",", name,
+                     cmaMin_[k] == SIZE_MAX ? "never" : std::to_string(cmaMin_[k]).c_str());
+  }
+  if (!cma_) single = " none";
+  ACCL_INFO("SHM", "rank %d: segment %s, %zu MiB, %d ranks; single copy from (bytes):%s",
+            args_->rank, info[lead].name, total >> 20, nranks_, single.c_str());
 }
 
 ShmComm::~ShmComm() {

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from accl_testing import check_array, clean_env, expect_raises, run_cmd, run_ranks
+from accl_testing import check_array, clean_env, expect_raises, launch_cmd, run_cmd, run_ranks
 
 import accl
 from accl import tune
@@ -64,7 +64,20 @@ def test_unreadable_file_fails_the_communicator(tmp_path, where, error):
     run_ranks(2, _make, [env] * 2, make_comm=False)
 
 
-@pytest.mark.parametrize("value", ["allreduce:x", "allreduce", "ring:1", "-2"])
+def test_cma_min_item_minus_one_means_never():
+    # -1 for one collective turns its single copy off and leaves the others' crossovers as set.
+    env = clean_env(ACCL_CMA_MIN="broadcast:-1,allgather:4096", ACCL_TUNING_FILE="none",
+                    ACCL_DEBUG="INFO", ACCL_DEBUG_SUBSYS="SHM")
+    r = run_cmd(launch_cmd(2, sys.executable, "-c", "from accl._env import init; init()"), env=env)
+    assert r.returncode == 0, r.stderr
+    if "single copy from (bytes): none" in r.stderr:
+        pytest.skip("cross-memory attach is not possible between processes here")
+    want = ("single copy from (bytes): allreduce 32768, allgather 4096, reducescatter 16384, "
+            "broadcast never")
+    assert r.stderr.count(want) == 2, r.stderr
+
+
+@pytest.mark.parametrize("value", ["allreduce:x", "allreduce", "ring:1", "-2", "broadcast:-2"])
 def test_bad_cma_min_is_named(value):
     env = {"ACCL_CMA_MIN": value, "EXPECT": f"ACCL_CMA_MIN={value}: "}
     run_ranks(2, _make, [env] * 2, make_comm=False)
