@@ -70,14 +70,16 @@ void gather(const acclBackendCommArgs_v1& a, void* data, size_t bytes) {
 
 // ACCL_CMA_MIN: the smallest message (bytes per rank) each collective copies once, straight
 // between the ranks' buffers, instead of through /dev/shm. Unset or 0: the crossovers measured
-// at 2 ranks over fast and slow minutes (docs/algorithms.md); another number: for all four;
-// collective:bytes items: for those named (bytes -1: never). Returns false for -1 alone (never).
-bool cmaCrossovers(size_t* min) {
+// at 2 ranks over fast and slow minutes, or with more ranks than cores at 4 ranks on 2 cores
+// (docs/algorithms.md): there a single copy's two barriers wait for every rank to be scheduled,
+// while staged steps let ranks run ahead. Another number: for all four; collective:bytes items:
+// for those named (bytes -1: never). Returns false for -1 alone (never).
+bool cmaCrossovers(size_t* min, bool oversubscribed) {
   std::fill(min, min + kNumColls, SIZE_MAX);  // no single-copy form
-  min[kAllReduce] = 32 << 10;
-  min[kAllGather] = 8 << 10;
-  min[kReduceScatter] = 16 << 10;
-  min[kBroadcast] = 16 << 10;
+  min[kAllReduce] = (oversubscribed ? 128 : 32) << 10;
+  min[kAllGather] = (oversubscribed ? 32 : 8) << 10;
+  min[kReduceScatter] = (oversubscribed ? 64 : 16) << 10;
+  min[kBroadcast] = (oversubscribed ? 256 : 16) << 10;
   const std::string spec = paramString(Param::CmaMin);
   auto bytes = [&](const std::string& text) -> size_t {
     if (text == "-1") return SIZE_MAX;  // never, for the collective named
@@ -180,13 +182,13 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   // per block.
   slotBytes_ = std::max(slotBytes_, size_t(nranks_) * 512);
   allReduceDirectMax = paramInt(Param::AllReduceDirectMax);
-  const bool tryCma = cmaCrossovers(cmaMin_);  // parsed before anything is allocated
+  oversubscribed_ = nranks_ > sysconf(_SC_NPROCESSORS_ONLN);
+  const bool tryCma = cmaCrossovers(cmaMin_, oversubscribed_);  // before anything is allocated
   stoppedSince_.resize(nranks_);
   double stopped = paramDouble(Param::HeartbeatTimeout);
   ACCL_ARG_CHECK(stopped > 0, "ACCL_HEARTBEAT_TIMEOUT=%g must be > 0", stopped);
   stoppedLimit_ = std::chrono::duration<double>(stopped);
   // With more ranks than cores a spinning rank takes the core its peer needs: yield at once.
-  oversubscribed_ = nranks_ > sysconf(_SC_NPROCESSORS_ONLN);
   spinNs_ = oversubscribed_ ? 0 : paramInt(Param::SpinUs) * 1000;
   boxMax_ = oversubscribed_ ? kBoxBytes : 1024;
   // Every exchange below is an all-gather over all ranks of the communicator (the bootstrap

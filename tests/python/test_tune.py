@@ -4,6 +4,8 @@ setting that chooses algorithms fail at creation."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 
 import numpy as np
@@ -64,17 +66,33 @@ def test_unreadable_file_fails_the_communicator(tmp_path, where, error):
     run_ranks(2, _make, [env] * 2, make_comm=False)
 
 
-def test_cma_min_item_minus_one_means_never():
-    # -1 for one collective turns its single copy off and leaves the others' crossovers as set.
-    env = clean_env(ACCL_CMA_MIN="broadcast:-1,allgather:4096", ACCL_TUNING_FILE="none",
-                    ACCL_DEBUG="INFO", ACCL_DEBUG_SUBSYS="SHM")
-    r = run_cmd(launch_cmd(2, sys.executable, "-c", "from accl._env import init; init()"), env=env)
+def _crossovers(n, cma_min):
+    """The single-copy crossovers n ranks' communicators report (ACCL_DEBUG=INFO)."""
+    env = clean_env(ACCL_TUNING_FILE="none", ACCL_DEBUG="INFO", ACCL_DEBUG_SUBSYS="SHM",
+                    **({"ACCL_CMA_MIN": cma_min} if cma_min else {}))
+    r = run_cmd(launch_cmd(n, sys.executable, "-c", "from accl._env import init; init()"), env=env)
     assert r.returncode == 0, r.stderr
     if "single copy from (bytes): none" in r.stderr:
         pytest.skip("cross-memory attach is not possible between processes here")
-    want = ("single copy from (bytes): allreduce 32768, allgather 4096, reducescatter 16384, "
-            "broadcast never")
-    assert r.stderr.count(want) == 2, r.stderr
+    found = re.findall(r"single copy from \(bytes\): (.*)", r.stderr)
+    assert len(found) == n and len(set(found)) == 1, r.stderr
+    return found[0]
+
+
+def test_cma_min_item_minus_one_means_never():
+    # -1 for one collective turns its single copy off and leaves the others' crossovers as set.
+    many = os.sysconf("SC_NPROCESSORS_ONLN") < 2  # more ranks than cores: the other table
+    assert _crossovers(2, "broadcast:-1,allgather:4096") == (
+        f"allreduce {131072 if many else 32768}, allgather 4096, "
+        f"reducescatter {65536 if many else 16384}, broadcast never")
+
+
+def test_more_ranks_than_cores_single_copy_from_larger_sizes():
+    n = os.sysconf("SC_NPROCESSORS_ONLN") + 1
+    if n > 9:
+        pytest.skip(f"{n} ranks, one more than this machine's cores, are too many to start here")
+    assert _crossovers(n, None) == (
+        "allreduce 131072, allgather 32768, reducescatter 65536, broadcast 262144")
 
 
 @pytest.mark.parametrize("value", ["allreduce:x", "allreduce", "ring:1", "-2", "broadcast:-2"])
