@@ -14,6 +14,13 @@ namespace cpu {
 void reduce(void* dst, const void* const* srcs, int n, size_t count, acclDataType_t type,
             acclRedOp_t op, int avgDivisor = 0);
 
+// The types whose reduction over several inputs rounds once; reduced two at a time they would
+// round at every step.
+inline bool roundsOnce(acclDataType_t type) {
+  return type == acclFloat16 || type == acclBfloat16 || type == acclFloat8e4m3 ||
+         type == acclFloat8e5m2;
+}
+
 // buf[i] /= n: the end of an average whose sum was computed in stages.
 inline void divide(void* buf, size_t count, acclDataType_t type, int n) {
   const void* src = buf;

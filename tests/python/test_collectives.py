@@ -266,9 +266,24 @@ def test_all_reduce_64mib(nranks):
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_collectives_single_copy(nranks):
     # ACCL_CMA_MIN=1: all-reduce, all-gather, reduce-scatter and broadcast copy straight between
-    # the ranks at every size (all-reduce in several chunks from 1000003 float32).
-    run_ranks(nranks, collectives_worker, [np.int8, np.float32], [0, 1, 1031, 300001, 1000003],
+    # the ranks at every size (all-reduce in several chunks from 1000003 float32). float16 takes
+    # the single-copy reductions' one pass over all inputs from 3 ranks on.
+    run_ranks(nranks, collectives_worker, [np.int8, np.float16, np.float32],
+              [0, 1, 1031, 300001, 1000003],
               env={"ACCL_CMA_MIN": "1", "ACCL_ALLREDUCE_DIRECT_MAX": "0"})
+
+
+def rounds_once_worker(comm):
+    # 1 + 3 * 2**-11 in float16 is a tie between 1 + 2**-10 and 1 + 2**-9, and rounds to the
+    # latter (even); added two at a time from the 1.0, each 2**-11 would round away.
+    x = np.full(300001, 1.0 if comm.rank == 0 else 2.0**-11, np.float16)
+    want = np.full_like(x, np.float16(1 + (comm.size - 1) * 2.0**-11))
+    check_array(comm.all_reduce(x), want, "float16 single-copy all_reduce, rounded once")
+    return True
+
+
+def test_single_copy_half_sum_rounds_once():
+    run_ranks(4, rounds_once_worker, env={"ACCL_CMA_MIN": "1", "ACCL_ALLREDUCE_DIRECT_MAX": "0"})
 
 
 # ACCL_ALGO forces an algorithm per collective; every one-node algorithm gives the reference
