@@ -16,9 +16,9 @@
 //
 // Each peer's chunk is added into the output as soon as it is read, while it is still in cache,
 // rather than all peers' chunks being read first and reduced in one pass: at 4 ranks on 2 cores
-// that took 0.75-0.86 of the time (docs/algorithms.md). The sum runs from this rank's input
-// through the next ranks' in turn. Half and fp8 types with more than one peer keep the single
-// pass, which rounds once.
+// that took 0.63-0.92 of the time at 512 KiB-8 MiB (docs/algorithms.md). The sum runs from this
+// rank's input through the next ranks' in turn. Half and fp8 types with more than one peer keep
+// the single pass, which rounds once.
 #include <algorithm>
 
 #include "algorithms/algorithms.h"
