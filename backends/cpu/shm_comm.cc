@@ -313,13 +313,12 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   if (!canSeePeers_)
     ACCL_INFO("SHM", "rank %d: cannot see every peer's process (another pid namespace, or a "
               "peer already exited): a dead peer is found by the timeout only", args_->rank);
-  std::string single;
-  for (auto [k, name] : {std::pair{kAllReduce, "allreduce"}, {kAllGather, "allgather"},
-                         {kReduceScatter, "reducescatter"}, {kBroadcast, "broadcast"}}) {
-    single += format("%s %s %s", single.empty() ? "" : ",", name,
-                     cmaMin_[k] == SIZE_MAX ? "never" : std::to_string(cmaMin_[k]).c_str());
-  }
-  if (!cma_) single = " none";
+  std::string single = cma_ ? "" : " none";
+  if (cma_)
+    for (auto [k, name] : {std::pair{kAllReduce, "allreduce"}, {kAllGather, "allgather"},
+                           {kReduceScatter, "reducescatter"}, {kBroadcast, "broadcast"}})
+      single += format("%s %s %s", single.empty() ? "" : ",", name,
+                       cmaMin_[k] == SIZE_MAX ? "never" : std::to_string(cmaMin_[k]).c_str());
   ACCL_INFO("SHM", "rank %d: segment %s, %zu MiB, %d ranks; single copy from (bytes):%s",
             args_->rank, info[lead].name, total >> 20, nranks_, single.c_str());
 }
