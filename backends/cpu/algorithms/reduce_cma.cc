@@ -50,8 +50,8 @@ void reduceRange(ShmComm& c, const CollArgs& a, size_t from, size_t len, char* o
     char* dst = out + done * es;
     for (int i = 1; i < n; ++i) {
       const int q = (me + i) % n;
-      char* buf = i == 1 && !inPlace ? dst : onePass ? scratch + (i - 1) * c.cmaChunkBytes()
-                                                     : scratch;
+      // One pass keeps every peer's chunk; otherwise each is added before the next is read.
+      char* buf = i == 1 && !inPlace ? dst : scratch + (onePass ? i - 1 : 0) * c.cmaChunkBytes();
       c.cmaRead(q, buf, c.peer(q).sendAddr + at, k * es);
       srcs[i] = buf;
       if (onePass) continue;
