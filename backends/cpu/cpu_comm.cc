@@ -51,6 +51,14 @@ const Named kNamed[] = {
     {"reducescatter:cma", kReduceScatter, onShm<reduceScatterCma>, true},
     {"broadcast:direct", kBroadcast, onShm<broadcastDirect>, true},
     {"broadcast:cma", kBroadcast, onShm<broadcastCma>, true},
+    {"reduce:split", kReduce, onShm<reduceSplit>, true},
+    {"reduce:cma", kReduce, onShm<reduceCma>, true},
+    {"alltoall:direct", kAlltoAll, onShm<alltoAllDirect>, true},
+    {"alltoall:cma", kAlltoAll, onShm<alltoAllCma>, true},
+    {"gather:direct", kGather, onShm<gatherDirect>, true},
+    {"gather:cma", kGather, onShm<gatherCma>, true},
+    {"scatter:direct", kScatter, onShm<scatterDirect>, true},
+    {"scatter:cma", kScatter, onShm<scatterCma>, true},
 };
 
 std::vector<const Named*> parseAlgo() {
@@ -204,12 +212,12 @@ CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
   if (singleNode()) {
     algo[kAllReduce] = onShm<allReduceAuto>;
     algo[kBroadcast] = onShm<broadcastAuto>;
-    algo[kReduce] = onShm<reduceSplit>;
+    algo[kReduce] = onShm<reduceAuto>;
     algo[kAllGather] = onShm<allGatherAuto>;
     algo[kReduceScatter] = onShm<reduceScatterAuto>;
-    algo[kAlltoAll] = onShm<alltoAllDirect>;
-    algo[kGather] = onShm<gatherDirect>;
-    algo[kScatter] = onShm<scatterDirect>;
+    algo[kAlltoAll] = onShm<alltoAllAuto>;
+    algo[kGather] = onShm<gatherAuto>;
+    algo[kScatter] = onShm<scatterAuto>;
     algo[kBarrier] = onShm<barrierShm>;
   } else {
     algo[kAllReduce] = allReduceHier;

@@ -36,14 +36,31 @@ std::string describe(const P2pOp& op) {
 }
 
 // Moves as many chunks of `op` as its shared-memory channel allows without waiting; true if
-// any moved.
-bool progressShm(P2pOp& op) {
+// any moved. `receiving`: a receive of the same set is not finished.
+bool progressShm(P2pOp& op, bool receiving) {
   ShmComm& c = op.comm->shm();
   const int me = c.rank();
   const size_t cb = c.p2pBytes();
   bool moved = false;
   if (op.send) {
     ChannelCtrl& ch = c.channel(me, op.local);
+    if (!op.eager) {
+      // Single copy when the receiver waits for this message: straight into its buffer. A
+      // message larger than the channel's buffers waits for its receiver anyway, so it waits for
+      // the post; a smaller one while this rank waits for a receive of its own anyway (an
+      // exchange, whose peer posts soon). Otherwise through the buffers: a send that fits in
+      // them completes without its receiver, as a lone send always did.
+      const bool single = c.cma() && op.bytes >= c.cmaMin(kSendRecv);
+      const bool posted = ch.posted.load(std::memory_order_acquire) == op.msg + 1;
+      if (single && posted && ch.postBytes == op.bytes) {  // else the receiver reports the sizes
+        c.cmaWrite(op.local, ch.postAddr, op.buf, op.bytes);
+        ch.written.store(op.msg + 1, std::memory_order_release);
+        op.done = op.chunks;
+        return true;
+      }
+      if (single && !posted && (receiving || op.bytes > kP2pBufs * cb)) return false;
+      op.eager = true;
+    }
     while (op.done < op.chunks) {
       uint64_t tail = ch.tail.load(std::memory_order_relaxed);  // written only by this rank
       if (tail - ch.head.load(std::memory_order_acquire) >= kP2pBufs) break;
@@ -57,6 +74,16 @@ bool progressShm(P2pOp& op) {
     }
   } else {
     ChannelCtrl& ch = c.channel(op.local, me);
+    if (c.cma() && !op.posted) {
+      ch.postAddr = reinterpret_cast<uint64_t>(op.buf);
+      ch.postBytes = op.bytes;
+      ch.posted.store(op.msg + 1, std::memory_order_release);
+      op.posted = true;
+    }
+    if (op.posted && ch.written.load(std::memory_order_acquire) == op.msg + 1) {
+      op.done = op.chunks;
+      return true;
+    }
     while (op.done < op.chunks) {
       uint64_t head = ch.head.load(std::memory_order_relaxed);  // written only by this rank
       if (head == ch.tail.load(std::memory_order_acquire)) break;
@@ -77,24 +104,41 @@ bool progressShm(P2pOp& op) {
   return moved;
 }
 
-bool progress(P2pOp& op) {
-  if (op.local >= 0) return progressShm(op);
-  return op.comm->net()->progress(op.net);
+// A send whose buffer a receive of the same set writes (a send/recv in place) sends from a copy
+// taken first: the receive's data may arrive, written by the peer, from the channel or from
+// the socket, before the send has taken all of its own.
+void copyInPlaceSends(std::vector<P2pOp>& ops, std::vector<std::vector<char>>* copies) {
+  for (P2pOp& s : ops) {
+    if (!s.send) continue;
+    bool overlaps = std::any_of(ops.begin(), ops.end(), [&](const P2pOp& r) {
+      return !r.send && s.buf < r.buf + r.bytes && r.buf < s.buf + s.bytes;
+    });
+    if (!overlaps) continue;
+    copies->emplace_back(s.buf, s.buf + s.bytes);
+    s.buf = s.net.buf = copies->back().data();
+  }
 }
 
 // One pass over `ops`: moves what moves without waiting, keeping each channel's order.
+// Receives first, so that their posts are there for the sends of a peer doing the same.
 bool progressAll(std::vector<P2pOp>& ops, bool* pending, bool* shmPending) {
-  bool moved = false;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    P2pOp& op = ops[i];
-    if (op.finished()) continue;
-    *pending = true;
-    bool blocked = false;
-    for (size_t j = 0; j < i && !blocked; ++j)
-      blocked = !ops[j].finished() && ops[j].comm == op.comm && ops[j].send == op.send &&
-                ops[j].peer == op.peer;
-    *shmPending |= op.local >= 0;
-    if (!blocked) moved |= progress(op);
+  bool moved = false, receiving = false;
+  for (bool sends : {false, true}) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      P2pOp& op = ops[i];
+      if (op.finished() || op.send != sends) continue;
+      *pending = true;
+      *shmPending |= op.local >= 0;
+      bool blocked = false;
+      for (size_t j = 0; j < i && !blocked; ++j)
+        blocked = !ops[j].finished() && ops[j].comm == op.comm && ops[j].send == op.send &&
+                  ops[j].peer == op.peer;
+      if (blocked) continue;
+      if (op.local < 0) moved |= op.comm->net()->progress(op.net);
+      else moved |= progressShm(op, receiving);
+    }
+    receiving = std::any_of(ops.begin(), ops.end(),
+                            [](const P2pOp& op) { return !op.send && !op.finished(); });
   }
   return moved;
 }
@@ -120,6 +164,7 @@ void addP2p(std::vector<P2pOp>& ops, CpuComm& c, bool send, int peer, const void
   if (c.nodeOf(peer) == c.node()) {
     op.local = c.localIndex(peer);
     op.chunks = (bytes + c.shm().p2pBytes() - 1) / c.shm().p2pBytes();
+    op.msg = c.shm().nextMessage(send, op.local);
   } else {
     op.local = -1;
     c.net()->start(op.net, send, peer, op.buf, bytes);
@@ -128,6 +173,8 @@ void addP2p(std::vector<P2pOp>& ops, CpuComm& c, bool send, int peer, const void
 }
 
 void runP2p(std::vector<P2pOp>& ops) {
+  std::vector<std::vector<char>> copies;
+  copyInPlaceSends(ops, &copies);
   double timeout = 0;
   long spinNs = 0;
   for (auto& op : ops) {
@@ -151,7 +198,8 @@ void runP2p(std::vector<P2pOp>& ops) {
         ChannelCtrl& ch = op.send ? s.channel(me, r) : s.channel(r, me);
         uint64_t head = ch.head.load(std::memory_order_acquire);
         uint64_t tail = ch.tail.load(std::memory_order_acquire);
-        return op.send ? tail - head >= kP2pBufs : head == tail;
+        // A send not yet started single copy waits for the receiver's post.
+        return op.send ? tail - head >= kP2pBufs || (!op.eager && op.done == 0) : head == tail;
       });
     }
   };

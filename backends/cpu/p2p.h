@@ -26,6 +26,9 @@ struct P2pOp {
   // A peer on this node: its index in the node's ShmComm and the channel's chunks; -1 otherwise.
   int local;
   size_t chunks, done;
+  uint64_t msg;  // its number on the channel (ShmComm::nextMessage)
+  bool eager;    // a send that goes through the channel's buffers, not single copy
+  bool posted;   // a receive whose address the sender may write to (ChannelCtrl::posted)
   NetOp net;  // a peer on another node
   bool finished() const { return local >= 0 ? done == chunks : net.complete; }
 };

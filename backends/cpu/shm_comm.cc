@@ -72,14 +72,24 @@ void gather(const acclBackendCommArgs_v1& a, void* data, size_t bytes) {
 // between the ranks' buffers, instead of through /dev/shm. Unset or 0: the crossovers measured
 // at 2 ranks over fast and slow minutes, or with more ranks than cores at 4 ranks on 2 cores
 // (docs/algorithms.md): there a single copy's two barriers wait for every rank to be scheduled,
-// while staged steps let ranks run ahead. Another number: for all four; collective:bytes items:
-// for those named (bytes -1: never). Returns false for -1 alone (never).
+// while staged steps let ranks run ahead. Another number: for all; collective:bytes items: for
+// those named (bytes -1: never). Returns false for -1 alone (never).
+const std::pair<const char*, Coll> kCmaColls[] = {
+    {"allreduce", kAllReduce}, {"allgather", kAllGather}, {"reducescatter", kReduceScatter},
+    {"broadcast", kBroadcast}, {"reduce", kReduce},      {"alltoall", kAlltoAll},
+    {"gather", kGather},       {"scatter", kScatter},    {"sendrecv", kSendRecv}};
+
 bool cmaCrossovers(size_t* min, bool oversubscribed) {
   std::fill(min, min + kNumColls, SIZE_MAX);  // no single-copy form
   min[kAllReduce] = (oversubscribed ? 128 : 32) << 10;
   min[kAllGather] = (oversubscribed ? 32 : 8) << 10;
   min[kReduceScatter] = (oversubscribed ? 64 : 16) << 10;
   min[kBroadcast] = (oversubscribed ? 256 : 16) << 10;
+  min[kReduce] = (oversubscribed ? 128 : 8) << 10;
+  min[kAlltoAll] = (oversubscribed ? 32 : 16) << 10;
+  min[kGather] = (oversubscribed ? 32 : 16) << 10;
+  min[kScatter] = (oversubscribed ? 32 : 16) << 10;
+  min[kSendRecv] = 16 << 10;
   const std::string spec = paramString(Param::CmaMin);
   auto bytes = [&](const std::string& text) -> size_t {
     if (text == "-1") return SIZE_MAX;  // never, for the collective named
@@ -94,22 +104,20 @@ bool cmaCrossovers(size_t* min, bool oversubscribed) {
   if (spec == "-1") return false;
   if (spec.find(':') == std::string::npos) {
     size_t all = bytes(spec);
-    for (Coll k : {kAllReduce, kAllGather, kReduceScatter, kBroadcast}) min[k] = all;
+    for (const auto& [name, k] : kCmaColls) min[k] = all;
     return true;
   }
-  static const std::pair<const char*, Coll> names[] = {{"allreduce", kAllReduce},
-                                                       {"allgather", kAllGather},
-                                                       {"reducescatter", kReduceScatter},
-                                                       {"broadcast", kBroadcast}};
   for (const std::string& item : specItems(spec)) {
     size_t colon = item.find(':');
     std::string name = item.substr(0, colon);
-    auto hit = std::find_if(std::begin(names), std::end(names),
+    auto hit = std::find_if(std::begin(kCmaColls), std::end(kCmaColls),
                             [&](const auto& n) { return name == n.first; });
-    if (colon == std::string::npos || hit == std::end(names))
+    if (colon == std::string::npos || hit == std::end(kCmaColls)) {
+      std::string known;
+      for (const auto& [n, k] : kCmaColls) known += std::string(known.empty() ? "" : ", ") + n;
       ACCL_THROW(acclInvalidArgument, "ACCL_CMA_MIN=%s: '%s' is not collective:bytes with a "
-                 "collective of allreduce, allgather, reducescatter, broadcast",
-                 spec.c_str(), item.c_str());
+                 "collective of %s", spec.c_str(), item.c_str(), known.c_str());
+    }
     min[hit->second] = bytes(item.substr(colon + 1));
   }
   return true;
@@ -167,7 +175,11 @@ void Backoff::pause(const std::function<std::string()>& describe) {
 }
 
 ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
-    : args_(args), members_(std::move(members)), sources_(members_.size()) {
+    : args_(args),
+      members_(std::move(members)),
+      sent_(members_.size()),
+      received_(members_.size()),
+      sources_(members_.size()) {
   nranks_ = static_cast<int>(members_.size());
   rank_ = static_cast<int>(std::find(members_.begin(), members_.end(), args->rank) -
                            members_.begin());
@@ -315,8 +327,7 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
               "peer already exited): a dead peer is found by the timeout only", args_->rank);
   std::string single = cma_ ? "" : " none";
   if (cma_)
-    for (auto [k, name] : {std::pair{kAllReduce, "allreduce"}, {kAllGather, "allgather"},
-                           {kReduceScatter, "reducescatter"}, {kBroadcast, "broadcast"}})
+    for (const auto& [name, k] : kCmaColls)
       single += format("%s %s %s", single.empty() ? "" : ",", name,
                        cmaMin_[k] == SIZE_MAX ? "never" : std::to_string(cmaMin_[k]).c_str());
   ACCL_INFO("SHM", "rank %d: segment %s, %zu MiB, %d ranks; single copy from (bytes):%s",
@@ -422,7 +433,7 @@ void ShmComm::cmaCopy(int r, void* local, uint64_t remote, size_t bytes, bool wr
 }
 
 char* ShmComm::cmaScratch(const void* out) {
-  if (cmaScratch_.empty()) cmaScratch_.resize((nranks_ - 1) * cmaChunkBytes() + 2 * kPage);
+  if (cmaScratch_.empty()) cmaScratch_.resize(nranks_ * cmaChunkBytes() + 2 * kPage);
   const uintptr_t page = alignUp(reinterpret_cast<uintptr_t>(cmaScratch_.data()), kPage);
   return reinterpret_cast<char*>(page + reinterpret_cast<uintptr_t>(out) % kPage);
 }

@@ -34,6 +34,7 @@ enum Coll {
   kGather,
   kScatter,
   kBarrier,
+  kSendRecv,  // not a collective: send/recv's single-copy threshold (cmaMin); no algorithm
   kNumColls
 };
 
@@ -56,9 +57,16 @@ struct alignas(64) RankCtrl {
   char note[124];
 };
 
+// A send/recv channel (one per ordered pair of ranks). A message travels in chunks through the
+// channel's buffers, or, single copy, straight from the sender's buffer into the receiver's:
+// the receiver posts where it waits for message m (messages are counted on each side, from 0),
+// and a sender that finds that post when it starts message m writes there and says so.
 struct alignas(64) ChannelCtrl {
   alignas(64) std::atomic<uint64_t> tail;  // chunks written by the sender
+  std::atomic<uint64_t> written;           // m + 1: message m was written single copy
   alignas(64) std::atomic<uint64_t> head;  // chunks taken by the receiver
+  std::atomic<uint64_t> posted;            // m + 1: the receiver waits for message m at
+  uint64_t postAddr, postBytes;            // this address, for this many bytes
   // Total bytes of the message each buffered chunk belongs to, so a mismatched send/recv pair
   // is reported instead of silently misread. Written before `tail` is released.
   alignas(64) uint64_t msgBytes[kP2pBufs];
@@ -151,13 +159,16 @@ class ShmComm {
     return p2p_ + ((size_t(src) * nranks_ + dst) * kP2pBufs + i) * p2pBytes_;
   }
   size_t p2pBytes() const { return p2pBytes_; }
+  // The number of this message on the channel to (send) or from peer r, counted from 0.
+  uint64_t nextMessage(bool send, int r) { return (send ? sent_ : received_)[r]++; }
   // How long a wait spins before it yields: ACCL_SPIN_US, or 0 with more ranks than cores.
   long spinNs() const { return spinNs_; }
   bool oversubscribed() const { return oversubscribed_; }  // more ranks than cores
 
   // Single copy (cross-memory attach): peers read this rank's buffers directly. Enabled when
   // every rank can read every other (same user, no ptrace restriction) and ACCL_CMA_MIN is not
-  // -1; collective k uses it for messages of at least cmaMin(k) bytes per rank.
+  // -1; collective k uses it for messages of at least cmaMin(k) bytes per rank (kSendRecv:
+  // bytes of a message).
   bool cma() const { return cma_; }
   size_t cmaMin(Coll k) const { return cmaMin_[k]; }
   void publish(const void* send, const void* recv) {
@@ -169,9 +180,10 @@ class ShmComm {
   void cmaRead(int r, void* local, uint64_t remote, size_t bytes) const;
   // Copies `bytes` from `local` to address `remote` in rank r's process.
   void cmaWrite(int r, uint64_t remote, const void* local, size_t bytes) const;
-  // Single-copy all-reduce and reduce-scatter: a private buffer of cmaChunkBytes() per peer,
-  // allocated at first use. 512 KiB chunks measured best at 2 ranks (128 KiB: 1.2-1.4x slower
-  // from 4 MiB up); with many ranks they shrink so that the buffers stay within 2 MiB.
+  // Single-copy reductions: a private buffer of cmaChunkBytes() per peer, and one for this
+  // rank's sums where its output is not used (reduce), allocated at first use. 512 KiB chunks
+  // measured best at 2 ranks (128 KiB: 1.2-1.4x slower from 4 MiB up); with many ranks they
+  // shrink so that the buffers stay within 2 MiB.
   // A multiple of 4 KiB, so every peer's buffer is aligned for any type (2 MiB / 7 is odd).
   size_t cmaChunkBytes() const {
     size_t b = std::max<size_t>(64 << 10,
@@ -185,6 +197,12 @@ class ShmComm {
   // the low 12 bits of stores just issued wait for them (4K aliasing); at the same offset a
   // load of element i only matches the store of element i, which comes after it.
   char* cmaScratch(const void* out);
+  // A private buffer of at least `bytes` (for an input that peers overwrite, in place), kept
+  // for the next call.
+  char* aside(size_t bytes) {
+    if (aside_.size() < bytes) aside_.resize(bytes);
+    return aside_.data();
+  }
 
   // Throws if this communicator or a peer's was aborted, or (checked at most every 200 ms) the
   // process of an awaited rank is gone. Only awaited ranks count: a rank whose part is done
@@ -215,7 +233,7 @@ class ShmComm {
   bool canSeePeers_ = false;
   bool cma_ = false;
   size_t cmaMin_[kNumColls];
-  std::vector<char> cmaScratch_;
+  std::vector<char> cmaScratch_, aside_;
   uint64_t probe_ = 0;  // the word peers read at init to test cross-memory attach
   mutable std::chrono::steady_clock::time_point nextLivenessCheck_{};
   // Since when each peer's process has been seen stopped (zero: it is not), and for how long
@@ -223,6 +241,7 @@ class ShmComm {
   mutable std::vector<std::chrono::steady_clock::time_point> stoppedSince_;
   std::chrono::duration<double> stoppedLimit_{0};
   size_t slotBytes_, p2pBytes_;
+  std::vector<uint64_t> sent_, received_;  // messages started on each channel (nextMessage)
   uint64_t epoch_ = 0, step_ = 0;
   uint64_t synced_ = 0;  // every rank has arrived at this epoch
   uint64_t boxStep_ = 0, boxUsed_[kBoxes] = {};

@@ -1,4 +1,5 @@
 // Point to point: acclSend / acclRecv inside and outside groups.
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -229,6 +230,33 @@ TEST_CASE(sendrecv) {
       ACCL_OK(acclGroupEnd());
       checkPat(d.data(), d.bytes(), prev, 160, 0, 1, "200 messages of 4097 bytes to one peer in one group (byte offsets)");
       d.guardsOk("200 messages in one group");
+    }
+    // 13. In place: one buffer is sent to rank+1 and receives from rank-1 in one group. Below
+    //     the single-copy size, single copy within the channel's buffers, and beyond them; a
+    //     peer's data must not overwrite what this rank has yet to send.
+    for (size_t count : {size_t(4099), size_t(100003), size_t(1153433)}) {
+      std::string what = "send/recv in place in a group (" + std::to_string(count) + " bytes)";
+      Msg b(count, acclUint8);
+      fillPat(b.buf.data(), count, r, 180);
+      ACCL_OK(acclGroupStart());
+      ACCL_OK(acclSend(b.buf.data(), count, acclUint8, next, c.comm, nullptr));
+      ACCL_OK(acclRecv(b.buf.data(), count, acclUint8, prev, c.comm, nullptr));
+      ACCL_OK(acclGroupEnd());
+      checkPat(b.buf.data(), count, prev, 180, 0, 1, what);
+      b.buf.guardsOk(what);
+    }
+
+    // 14. A lone send that fits in the channel's buffers (2 x 256 KiB by default) completes
+    //     before its receive is posted, with or without single copy: every rank sends first,
+    //     then receives. (Across nodes TCP's buffers decide.)
+    if (!getenv("ACCL_SHM_P2P_BYTES") && !getenv("ACCL_TEST_NODES")) {
+      std::string what = "blocking send before the peer's receive (200 KiB)";
+      const size_t count = 200 << 10;
+      Msg s(count, acclUint8), d(count, acclUint8);
+      fillPat(s.buf.data(), count, r, 190);
+      ACCL_OK(acclSend(s.buf.data(), count, acclUint8, next, c.comm, nullptr));
+      ACCL_OK(acclRecv(d.buf.data(), count, acclUint8, prev, c.comm, nullptr));
+      checkPat(d.buf.data(), count, prev, 190, 0, 1, what);
     }
     sanityAllReduce(c, "the point-to-point tests");
   });

@@ -265,9 +265,9 @@ def test_all_reduce_64mib(nranks):
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_collectives_single_copy(nranks):
-    # ACCL_CMA_MIN=1: all-reduce, all-gather, reduce-scatter and broadcast copy straight between
-    # the ranks at every size (all-reduce in several chunks from 1000003 float32). float16 takes
-    # the single-copy reductions' one pass over all inputs from 3 ranks on.
+    # ACCL_CMA_MIN=1: every collective copies straight between the ranks at every size
+    # (all-reduce and reduce in several chunks from 1000003 float32). float16 takes the
+    # single-copy reductions' one pass over all inputs from 3 ranks on.
     run_ranks(nranks, collectives_worker, [np.int8, np.float16, np.float32],
               [0, 1, 1031, 300001, 1000003],
               env={"ACCL_CMA_MIN": "1", "ACCL_ALLREDUCE_DIRECT_MAX": "0"})
@@ -289,8 +289,10 @@ def test_single_copy_half_sum_rounds_once():
 # ACCL_ALGO forces an algorithm per collective; every one-node algorithm gives the reference
 # result, out of place and in place.
 @pytest.mark.parametrize("algo", [
-    "allreduce:direct;allgather:direct;broadcast:direct;reducescatter:direct", "allreduce:split",
-    "allreduce:cma;allgather:cma;broadcast:cma;reducescatter:cma"])
+    "allreduce:direct;allgather:direct;broadcast:direct;reducescatter:direct;alltoall:direct;"
+    "gather:direct;scatter:direct", "allreduce:split;reduce:split",
+    "allreduce:cma;allgather:cma;broadcast:cma;reducescatter:cma;reduce:cma;alltoall:cma;"
+    "gather:cma;scatter:cma"])
 @pytest.mark.parametrize("nranks", [1, 2])
 def test_forced_algorithms(algo, nranks):
     run_ranks(nranks, collectives_worker, [np.float32, np.int32], [1, 1031, 300001],

@@ -32,6 +32,8 @@ void allReduceSplit(ShmComm& c, const CollArgs& a);
 // their outputs directly (single copy; ShmComm::cma).
 void allReduceCma(ShmComm& c, const CollArgs& a);
 void reduceSplit(ShmComm& c, const CollArgs& a);
+// cma: as all-reduce cma, each rank writing its reduced part into the root's output only.
+void reduceCma(ShmComm& c, const CollArgs& a);
 // Single copy (cross-memory attach, ShmComm::cma): ranks read each other's buffers directly.
 void allGatherCma(ShmComm& c, const CollArgs& a);
 void broadcastCma(ShmComm& c, const CollArgs& a);
@@ -43,12 +45,21 @@ void reduceScatterCma(ShmComm& c, const CollArgs& a);
 void alltoAllDirect(ShmComm& c, const CollArgs& a);
 void gatherDirect(ShmComm& c, const CollArgs& a);
 void scatterDirect(ShmComm& c, const CollArgs& a);
+// cma: ranks write their blocks straight into the peers' (the root's) outputs; scatter: ranks
+// read theirs straight from the root's input (single copy; ShmComm::cma).
+void alltoAllCma(ShmComm& c, const CollArgs& a);
+void gatherCma(ShmComm& c, const CollArgs& a);
+void scatterCma(ShmComm& c, const CollArgs& a);
 void barrierShm(ShmComm& c, const CollArgs& a);
 // The choice by size on one node (cpu_backend.cc); every rank computes the same.
 void allReduceAuto(ShmComm& c, const CollArgs& a);
 void allGatherAuto(ShmComm& c, const CollArgs& a);
 void broadcastAuto(ShmComm& c, const CollArgs& a);
 void reduceScatterAuto(ShmComm& c, const CollArgs& a);
+void reduceAuto(ShmComm& c, const CollArgs& a);
+void alltoAllAuto(ShmComm& c, const CollArgs& a);
+void gatherAuto(ShmComm& c, const CollArgs& a);
+void scatterAuto(ShmComm& c, const CollArgs& a);
 
 // Across nodes. hier: reduce inside each node, all-reduce among node leaders over TCP, broadcast
 // inside each node; the leaders' phase by the cost model (all_reduce_hier.cc): direct, recursive
