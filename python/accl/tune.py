@@ -44,6 +44,10 @@ CANDIDATES = [
     ("all_gather", "allgather", ("direct", "cma")),
     ("reduce_scatter", "reducescatter", ("direct", "cma")),
     ("broadcast", "broadcast", ("direct", "cma")),
+    ("reduce", "reduce", ("split", "cma")),
+    ("alltoall", "alltoall", ("direct", "cma")),
+    ("gather", "gather", ("direct", "cma")),
+    ("scatter", "scatter", ("direct", "cma")),
 ]
 DEFAULT_SIZES = "1K,2K,4K,8K,16K,32K,64K,128K,256K,512K,1M"
 
@@ -138,8 +142,8 @@ def settings(sizes: list[int], means: dict[tuple[str, str], list[float]]) -> dic
     above = [i for i, s in enumerate(sizes) if s > direct_max] or [len(sizes) - 1]
     mins = {"allreduce": crossover([sizes[i] for i in above], [staged[i] for i in above],
                                    [cma[i] for i in above])}
-    for coll, algo, _names in CANDIDATES[1:]:
-        mins[algo] = crossover(sizes, means[(coll, "direct")], means[(coll, "cma")])
+    for coll, algo, names in CANDIDATES[1:]:
+        mins[algo] = crossover(sizes, means[(coll, names[0])], means[(coll, "cma")])
     return dict(values, ACCL_CMA_MIN=",".join(f"{k}:{v}" for k, v in mins.items()))
 
 
