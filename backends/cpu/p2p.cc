@@ -51,7 +51,7 @@ bool progressShm(P2pOp& op, bool receiving) {
       // exchange, whose peer posts soon). Otherwise through the buffers: a send that fits in
       // them completes without its receiver, as a lone send always did.
       const bool single = c.cma() && op.bytes >= c.cmaMin(kSendRecv);
-      const bool posted = ch.posted.load(std::memory_order_acquire) == op.msg + 1;
+      const bool posted = single && ch.posted.load(std::memory_order_acquire) == op.msg + 1;
       if (single && posted && ch.postBytes == op.bytes) {  // else the receiver reports the sizes
         c.cmaWrite(op.local, ch.postAddr, op.buf, op.bytes);
         ch.written.store(op.msg + 1, std::memory_order_release);
@@ -212,7 +212,9 @@ void runP2p(std::vector<P2pOp>& ops) {
   // A wait with only TCP operations left sleeps in poll(); one with shared-memory operations
   // polls memory (Backoff). Either ends after `timeout` seconds without progress.
   Backoff wait(timeout, spinNs, checkAbort);
-  auto lastMove = std::chrono::steady_clock::now();
+  // Since when nothing has moved, for TCP waits (unset until one waits, as Backoff's clock:
+  // an exchange that never waits reads no clock).
+  std::chrono::steady_clock::time_point idle{};
   ShmComm* noted = nullptr;  // the node's peers were told what this rank waits for
   std::vector<pollfd> fds;
   for (;;) {
@@ -221,7 +223,7 @@ void runP2p(std::vector<P2pOp>& ops) {
     if (!pending) break;
     if (moved) {
       wait = Backoff(timeout, spinNs, checkAbort);  // the timeout bounds a wait without progress
-      lastMove = std::chrono::steady_clock::now();
+      idle = {};
       continue;
     }
     if (shmPending) {
@@ -231,8 +233,9 @@ void runP2p(std::vector<P2pOp>& ops) {
     fds.clear();
     for (auto& op : ops)
       if (!op.finished()) op.comm->net()->pollEvents(op.net, &fds);
-    double waited =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - lastMove).count();
+    const auto now = std::chrono::steady_clock::now();
+    if (idle == std::chrono::steady_clock::time_point{}) idle = now;
+    double waited = std::chrono::duration<double>(now - idle).count();
     if (waited > timeout)
       ACCL_THROW(acclTimeout, "timed out after %.1f s %s", timeout, pendingText().c_str());
     checkAbort();

