@@ -106,12 +106,13 @@ bool progressShm(P2pOp& op, bool receiving) {
 
 // A send whose buffer a receive of the same set writes (a send/recv in place) sends from a copy
 // taken first: the receive's data may arrive, written by the peer, from the channel or from
-// the socket, before the send has taken all of its own.
+// the socket, before the send has taken all of its own. The steps of collectives never do
+// that; only the user's sends and receives are compared.
 void copyInPlaceSends(std::vector<P2pOp>& ops, std::vector<std::vector<char>>* copies) {
   for (P2pOp& s : ops) {
-    if (!s.send) continue;
+    if (!s.send || s.internal) continue;
     bool overlaps = std::any_of(ops.begin(), ops.end(), [&](const P2pOp& r) {
-      return !r.send && s.buf < r.buf + r.bytes && r.buf < s.buf + s.bytes;
+      return !r.send && !r.internal && s.buf < r.buf + r.bytes && r.buf < s.buf + s.bytes;
     });
     if (!overlaps) continue;
     copies->emplace_back(s.buf, s.buf + s.bytes);
