@@ -12,6 +12,7 @@
 #include "comm.h"
 #include "compose.h"
 #include "errors.h"
+#include "host_memory.h"
 #include "logging.h"
 #include "memory.h"
 #include "params.h"
@@ -489,6 +490,21 @@ acclResult_t acclGetVersion(int* version) {
   return api("acclGetVersion", [&] {
     ACCL_ARG_CHECK(version, "version is NULL");
     *version = ACCL_VERSION_CODE;
+    return acclSuccess;
+  });
+}
+
+acclResult_t acclHostAlloc(void** ptr, size_t size) {
+  return api("acclHostAlloc", [&] {
+    ACCL_ARG_CHECK(ptr, "ptr is NULL");
+    *ptr = hostAlloc(size);
+    return acclSuccess;
+  });
+}
+
+acclResult_t acclHostFree(void* ptr) {
+  return api("acclHostFree", [&] {
+    hostFree(ptr);
     return acclSuccess;
   });
 }

@@ -53,7 +53,7 @@ bool progressShm(P2pOp& op, bool receiving) {
       const bool single = c.cma() && op.bytes >= c.cmaMin(kSendRecv);
       const bool posted = single && ch.posted.load(std::memory_order_acquire) == op.msg + 1;
       if (single && posted && ch.postBytes == op.bytes) {  // else the receiver reports the sizes
-        c.cmaWrite(op.local, ch.postAddr, op.buf, op.bytes);
+        c.postWrite(op.local, ch.postAddr, op.buf, op.bytes);
         ch.written.store(op.msg + 1, std::memory_order_release);
         op.done = op.chunks;
         return true;

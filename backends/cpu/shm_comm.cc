@@ -20,6 +20,7 @@
 #include "errors.h"
 #include "logging.h"
 #include "params.h"
+#include "reduce.h"
 
 namespace accl {
 namespace cpu {
@@ -336,7 +337,45 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
 }
 
 ShmComm::~ShmComm() {
+  for (const Mapped& m : mapped_)
+    if (m.base) munmap(m.base, m.size);
   if (base_) munmap(base_, size_);
+}
+
+char* ShmComm::mapped(int r, uint64_t remote, size_t bytes) const {
+  for (const HostRegion* h : {&ctrl_[r].sendRegion, &ctrl_[r].recvRegion})
+    if (h->id && remote >= h->base && remote - h->base + bytes <= h->size) {
+      char* base = mapRegion(r, *h);
+      return base ? base + (remote - h->base) : nullptr;
+    }
+  return nullptr;
+}
+
+char* ShmComm::mapRegion(int r, const HostRegion& h) const {
+  for (const Mapped& m : mapped_)
+    if (m.rank == r && m.id == h.id) return m.base;
+  // The owner keeps the region's descriptor open while it lives. The inode tells a descriptor
+  // number reused for another file (a region freed during the call: the user's error) apart.
+  Mapped m{r, h.id, nullptr, h.size};
+  std::string path = format("/proc/%lld/fd/%lld", (long long)ctrl_[r].pid, (long long)h.fd);
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  struct stat st;
+  if (fd >= 0 && fstat(fd, &st) == 0 && uint64_t(st.st_ino) == h.inode &&
+      uint64_t(st.st_size) >= h.size) {
+    void* p = mmap(nullptr, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) m.base = static_cast<char*>(p);
+  }
+  if (fd >= 0) close(fd);
+  if (!m.base)
+    ACCL_INFO("SHM", "rank %d: cannot map rank %d's shared host memory (%s): copying through "
+              "the kernel", members_[rank_], members_[r], path.c_str());
+  // A call maps at most two regions per peer: four times the ranks keeps a call's own.
+  if (mapped_.size() >= size_t(std::max(16, 4 * nranks_))) {
+    if (mapped_.front().base) munmap(mapped_.front().base, mapped_.front().size);
+    mapped_.erase(mapped_.begin());
+  }
+  mapped_.push_back(m);
+  return m.base;
 }
 
 void ShmComm::checkAbort(const std::function<bool(int)>& awaited) const {
@@ -410,15 +449,27 @@ void ShmComm::announceAbort() {
 }
 
 void ShmComm::cmaRead(int r, void* local, uint64_t remote, size_t bytes) const {
-  cmaCopy(r, local, remote, bytes, false);
+  cmaCopy(r, local, remote, bytes, false, true);
 }
 
 void ShmComm::cmaWrite(int r, uint64_t remote, const void* local, size_t bytes) const {
-  cmaCopy(r, const_cast<void*>(local), remote, bytes, true);
+  cmaCopy(r, const_cast<void*>(local), remote, bytes, true, true);
 }
 
-void ShmComm::cmaCopy(int r, void* local, uint64_t remote, size_t bytes, bool write) const {
+void ShmComm::postWrite(int r, uint64_t remote, const void* local, size_t bytes) const {
+  cmaCopy(r, const_cast<void*>(local), remote, bytes, true, false);
+}
+
+void ShmComm::cmaCopy(int r, void* local, uint64_t remote, size_t bytes, bool write,
+                      bool mayMap) const {
   char* mine = static_cast<char*>(local);
+  // Shared host memory: the peer's buffer is mapped here, no kernel copy needed (2 ranks,
+  // in-place all_gather of 16-64 MiB: 0.3-0.9 of the time; docs/algorithms.md).
+  if (char* there = mayMap ? mapped(r, remote, bytes) : nullptr) {
+    if (write) copyUncached(there, mine, bytes);
+    else memcpy(mine, there, bytes);
+    return;
+  }
   while (bytes > 0) {
     iovec l{mine, bytes}, rm{reinterpret_cast<void*>(remote), bytes};
     ssize_t n = write ? process_vm_writev(ctrl_[r].pid, &l, 1, &rm, 1, 0)

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "accl/backend.h"
+#include "host_memory.h"
 
 namespace accl {
 namespace cpu {
@@ -55,6 +56,8 @@ struct alignas(64) RankCtrl {
   // so that its local peers, which wait for it in turn, can name the ranks really missing.
   std::atomic<int32_t> failed;
   char note[124];
+  // The shared host memory (acclHostAlloc) holding sendAddr and recvAddr (id 0: none).
+  HostRegion sendRegion, recvRegion;
 };
 
 // A send/recv channel (one per ordered pair of ranks). A message travels in chunks through the
@@ -174,15 +177,28 @@ class ShmComm {
   // bytes of a message).
   bool cma() const { return cma_; }
   size_t cmaMin(Coll k) const { return cmaMin_[k]; }
+  // Also which shared host memory (acclHostAlloc) holds each: a peer maps it once and then
+  // copies with plain loads and stores instead of the kernel's copy (cmaRead, cmaWrite).
   void publish(const void* send, const void* recv) {
-    ctrl_[rank_].sendAddr = reinterpret_cast<uint64_t>(send);
-    ctrl_[rank_].recvAddr = reinterpret_cast<uint64_t>(recv);
+    RankCtrl& me = ctrl_[rank_];
+    me.sendAddr = reinterpret_cast<uint64_t>(send);
+    me.recvAddr = reinterpret_cast<uint64_t>(recv);
+    me.sendRegion = findHostRegion(send);
+    me.recvRegion = findHostRegion(recv);
   }
   const RankCtrl& peer(int r) const { return ctrl_[r]; }
-  // Copies `bytes` from address `remote` in rank r's process to `local`.
+  // Copies `bytes` from address `remote` in rank r's process to `local`. `remote` lies in the
+  // buffers r published for this operation: where they are shared host memory, the copy goes
+  // through this process's mapping of it (mapped), otherwise through the kernel.
   void cmaRead(int r, void* local, uint64_t remote, size_t bytes) const;
-  // Copies `bytes` from `local` to address `remote` in rank r's process.
+  // Copies `bytes` from `local` to address `remote` (as cmaRead's) in rank r's process.
   void cmaWrite(int r, uint64_t remote, const void* local, size_t bytes) const;
+  // The same to an address r posted for a message (send/recv): always through the kernel, as
+  // r's published buffers, perhaps freed since its last collective, say nothing of it.
+  void postWrite(int r, uint64_t remote, const void* local, size_t bytes) const;
+  // [remote, remote + bytes) of rank r mapped into this process, where it lies in shared host
+  // memory that r published for this operation; nullptr otherwise.
+  char* mapped(int r, uint64_t remote, size_t bytes) const;
   // Single-copy reductions: a private buffer of cmaChunkBytes() per peer, and one for this
   // rank's sums where its output is not used (reduce), allocated at first use. 512 KiB chunks
   // measured best at 2 ranks (128 KiB: 1.2-1.4x slower from 4 MiB up); with many ranks they
@@ -221,7 +237,8 @@ class ShmComm {
   int global(int r) const { return members_[r]; }
 
  private:
-  void cmaCopy(int r, void* local, uint64_t remote, size_t bytes, bool write) const;
+  void cmaCopy(int r, void* local, uint64_t remote, size_t bytes, bool write, bool mayMap) const;
+  char* mapRegion(int r, const HostRegion& h) const;
   // Waits until rank `only` (-1: every rank) has arrived at `epoch`.
   void waitRanks(int only, uint64_t epoch);
   void waitEpoch(uint64_t epoch) {
@@ -237,6 +254,13 @@ class ShmComm {
   bool cma_ = false;
   size_t cmaMin_[kNumColls];
   std::vector<char> cmaScratch_, aside_;
+  struct Mapped {
+    int rank;
+    uint64_t id;  // HostRegion::id
+    char* base;   // nullptr: it could not be mapped
+    size_t size;
+  };
+  mutable std::vector<Mapped> mapped_;  // peers' shared host memory, oldest first
   uint64_t probe_ = 0;  // the word peers read at init to test cross-memory attach
   mutable std::chrono::steady_clock::time_point nextLivenessCheck_{};
   // Since when each peer's process has been seen stopped (zero: it is not), and for how long

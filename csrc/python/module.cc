@@ -26,6 +26,19 @@ void check(acclResult_t r) {
 
 void* ptr(uintptr_t a) { return reinterpret_cast<void*>(a); }
 
+class HostBuffer {
+ public:
+  explicit HostBuffer(size_t bytes) : size_(bytes) { check(acclHostAlloc(&data_, bytes)); }
+  HostBuffer(const HostBuffer&) = delete;
+  ~HostBuffer() { acclHostFree(data_); }
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_;
+};
+
 class Comm {
  public:
   Comm(const py::bytes& uid, int rank, int size, double timeout,
@@ -205,6 +218,14 @@ PYBIND11_MODULE(_accl, m) {
   });
   m.def("group_start", [] { check(acclGroupStart()); });
   m.def("group_end", [] { check(acclGroupEnd()); }, py::call_guard<py::gil_scoped_release>());
+  // Shared host memory (acclHostAlloc), exported as a writable byte buffer and freed with the
+  // last reference to it.
+  py::class_<HostBuffer>(m, "HostBuffer", py::buffer_protocol())
+      .def(py::init<size_t>())
+      .def_buffer([](HostBuffer& b) {
+        return py::buffer_info(b.data(), 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {b.size()}, {size_t(1)});
+      });
   m.def("error_string", [](int code) { return std::string(acclGetErrorString(acclResult_t(code))); });
 
   using G = py::call_guard<py::gil_scoped_release>;

@@ -31,7 +31,7 @@ from ._types import (
     UINT32,
     UINT64,
 )
-from .comm import Communicator, get_unique_id, group, group_end, group_start
+from .comm import Communicator, get_unique_id, group, group_end, group_start, host_empty
 from .errors import (
     AcclError,
     DeviceError,
@@ -85,6 +85,7 @@ __all__ = [
     "group",
     "group_end",
     "group_start",
+    "host_empty",
     "init",
     "rank_info",
 ]

@@ -45,6 +45,21 @@ def get_unique_id() -> bytes:
     return _accl.get_unique_id()
 
 
+def host_empty(shape: int | tuple[int, ...], dtype: Any = "float32") -> Any:
+    """A zeroed numpy array in host memory that the ranks of a node share (acclHostAlloc).
+
+    Any array works with every call. As a collective's output on the cpu backend, this one lets
+    the peers on the node store into it directly instead of through a kernel copy (all_gather;
+    docs/python.md). The memory is freed with the array's last reference.
+    """
+    import numpy as np
+
+    dt = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    data = _accl.HostBuffer(max(1, count * dt.itemsize))
+    return np.frombuffer(data, dt, count).reshape(shape)
+
+
 class _GroupState(threading.local):
     def __init__(self) -> None:
         self.depth = 0

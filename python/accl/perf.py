@@ -11,7 +11,8 @@ rank's. algbw is bytes / time and busbw is algbw times nccl-tests' bus factor fo
 collective, in decimal GB/s. `-c 1` then runs one call per mode on fresh data and counts the
 elements that differ from a numpy reference (#wrong, summed over ranks). Rank 0 prints the
 table to stdout and, when stderr is a terminal, a progress line there; `-J file` also writes
-the results as JSON. The exit status is 1 if any element was wrong.
+the results as JSON. The exit status is 1 if any element was wrong. `-R 1` puts accl's
+buffers in shared host memory (accl.host_empty), as nccl-tests' `-R` registers NCCL's.
 
 `--library gloo|mpi|mpich|oneccl` runs the same harness over torch.distributed's gloo, mpi4py
 (over Open MPI or MPICH) or Intel oneCCL (through its shim, built by `make oneccl`) instead
@@ -37,6 +38,7 @@ import numpy as np
 
 from . import _types as t
 from ._env import init
+from .comm import host_empty
 
 
 class Shape(NamedTuple):
@@ -259,6 +261,7 @@ class Options:
     passes: int = 1
     plot: str | None = None
     repeat: int = 1  # timed loops per point; the median is reported
+    shared: bool = False  # -R 1: accl's buffers in shared host memory (acclHostAlloc)
 
     @property
     def sizes(self) -> list[int]:
@@ -281,7 +284,7 @@ class Options:
                 "-e", str(self.maxbytes), "-f", str(self.stepfactor), "-i", str(self.stepbytes),
                 "-n", str(self.iters), "-w", str(self.warmup), "-c", str(int(self.check)),
                 "-d", t.DTYPE_NAMES[self.dtype], "-o", t.OP_NAMES[self.op], "-r", str(self.root),
-                "--repeat", str(self.repeat)]
+                "--repeat", str(self.repeat), "-R", str(int(self.shared))]
 
 
 def parse_size(text: str) -> int:
@@ -326,6 +329,10 @@ def _parse(argv: list[str] | None) -> Options:
                     help="reduction op (default sum)")
     ap.add_argument("-r", "--root", type=int, default=0, help="root rank (default 0)")
     ap.add_argument("-J", "--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument("-R", "--shared", type=int, default=0, choices=(0, 1),
+                    help="1: accl's buffers in shared host memory (acclHostAlloc), which its "
+                    "peers copy to and from without the kernel; other libraries keep private "
+                    "memory (default 0: private memory)")
     ap.add_argument("-np", dest="nranks", type=int, metavar="N",
                     help="start N local ranks (not under a launcher)")
     ap.add_argument("--library", default="accl", choices=LIBRARIES,
@@ -357,7 +364,8 @@ def _parse(argv: list[str] | None) -> Options:
     passes = ns.passes or (3 if compare else 1)
     return Options(colls, ns.minbytes, ns.maxbytes, ns.stepfactor, ns.stepbytes, ns.iters,
                    ns.warmup_iters, bool(ns.check), _DTYPES[ns.datatype], _OPS[ns.op], ns.root,
-                   ns.json, ns.library, ns.nranks, compare, passes, ns.plot, ns.repeat)
+                   ns.json, ns.library, ns.nranks, compare, passes, ns.plot, ns.repeat,
+                   bool(ns.shared))
 
 
 def _fmt(v: float) -> str:
@@ -573,13 +581,18 @@ def totals(rows: list[dict]) -> tuple[int, float]:
 HUGE_PAGE = 2 << 20
 
 
-def buffer(count: int, dtype: np.dtype) -> np.ndarray:
+def buffer(count: int, dtype: np.dtype, shared: bool = False) -> np.ndarray:
     """A zeroed array starting at a 2 MiB boundary, with transparent huge pages advised (they
     back it where the kernel allows). Every library of a comparison runs in processes of its
     own, and with numpy's allocation whether the first megabytes of a buffer were huge pages
     depended on where each process's allocator put it: accl's single-copy all_gather of 128 KiB
     to 1 MiB took 1.5-1.6x longer on small pages, so that lottery, not the library, picked the
-    leader at those sizes."""
+    leader at those sizes. `shared`: in shared host memory instead (acclHostAlloc, small pages
+    where the kernel keeps shared memory off huge pages, as by default)."""
+    if shared:
+        a = host_empty(count, dtype)
+        a.fill(0)  # written now, as below
+        return a
     # Private, as numpy's and torch's memory is (a shared mapping would be shmem, whose pages
     # the kernel pins and copies differently); anonymous memory is zeroed.
     m = mmap.mmap(-1, count * dtype.itemsize + HUGE_PAGE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -600,8 +613,10 @@ def buffer(count: int, dtype: np.dtype) -> np.ndarray:
 def _sweep(runner: Any, opts: Options) -> int:
     h = Harness(runner, opts)
     top = opts.sizes[-1] // h.itemsize
-    send = buffer(top, np.dtype(h.np_dtype))
-    recv = buffer(top, np.dtype(h.np_dtype))
+    # -R is accl's: the other libraries are faster on private memory (docs/performance.md).
+    shared = opts.shared and runner.library == "accl"
+    send = buffer(top, np.dtype(h.np_dtype), shared)
+    recv = buffer(top, np.dtype(h.np_dtype), shared)
     lead = runner.rank == 0
     progress = Progress() if lead else None
     rows = []
@@ -610,7 +625,7 @@ def _sweep(runner: Any, opts: Options) -> int:
     say(f"# accl.perf: {runner.size} ranks, library {runner.library} (backend {runner.backend}"
         f"{f', tuning file {tuned}' if tuned else ''}), "
         f"{opts.iters_text()}, {opts.warmup} warmup iters, "
-        f"check {int(opts.check)}")
+        f"check {int(opts.check)}{', shared host memory (-R 1)' if shared else ''}")
     todo = len(opts.collectives) * len(opts.sizes)
     for coll in opts.collectives:
         say("\n".join(table_header(coll.name)))
@@ -635,7 +650,8 @@ def _sweep(runner: Any, opts: Options) -> int:
                        "iters": opts.iters, "repeat": opts.repeat, "warmup": opts.warmup,
                        "check": opts.check,
                        "datatype": t.DTYPE_NAMES[opts.dtype], "op": t.OP_NAMES[opts.op],
-                       "root": opts.root, "rows": rows, "wrong": wrong, "avg_busbw": avg},
+                       "root": opts.root, "shared": shared, "rows": rows, "wrong": wrong,
+                       "avg_busbw": avg},
                       f, indent=1)
     if lead and opts.plot:
         from . import perf_compare

@@ -146,8 +146,8 @@ def drive(opts: perf.Options) -> int:
                        "runs": runs, "iters": opts.iters, "repeat": opts.repeat,
                        "warmup": opts.warmup, "check": opts.check,
                        "datatype": t.DTYPE_NAMES[opts.dtype],
-                       "op": t.OP_NAMES[opts.op], "root": opts.root, "rows": rows,
-                       "medians": med, "ratios": ratios, "wrong": wrong}, f, indent=1)
+                       "op": t.OP_NAMES[opts.op], "root": opts.root, "shared": opts.shared,
+                       "rows": rows, "medians": med, "ratios": ratios, "wrong": wrong}, f, indent=1)
     if opts.plot:
         plot(med, opts.plot)
     return 1 if wrong else 0
@@ -190,7 +190,9 @@ def combined_table(opts: perf.Options, libraries: list[str], med: list[dict],
     base, peers = libraries[0], libraries[1:]
     lines = [f"# accl.perf: {opts.nranks} ranks, {t.DTYPE_NAMES[opts.dtype]} "
              f"{t.OP_NAMES[opts.op]}, out of place, {opts.iters_text()}, median of "
-             f"{opts.passes} interleaved passes; ratio = {base} busbw / peer busbw"]
+             f"{opts.passes} interleaved passes"
+             f"{', accl on shared host memory (-R 1)' if opts.shared else ''}; "
+             f"ratio = {base} busbw / peer busbw"]
     for coll in opts.collectives:
         sizes = sorted({s for (_, c, s) in at if c == coll.name})
         lines += [f"#\n# {coll.name}\n#",

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 
 #include "harness.h"
 
@@ -315,20 +317,39 @@ long double decode(acclDataType_t dt, const void* src) {
 
 // ------------------------------------------------------------------ buffers
 
-Buf::Buf(size_t bytes, uint8_t fill) : mem_(bytes + 2 * kGuard, fill), bytes_(bytes) {
-  std::memset(mem_.data(), kGuardByte, kGuard);
-  std::memset(mem_.data() + kGuard + bytes, kGuardByte, kGuard);
+namespace {
+bool inHostMemory() {
+  const char* v = std::getenv("ACCL_TEST_HOST_MEMORY");
+  if (!v) return false;
+  return std::string(v) == "all" || (std::string(v) == "odd" && at::rankLabel() % 2 == 1);
+}
+}  // namespace
+
+Buf::Buf(size_t bytes, uint8_t fill) : host_(inHostMemory()), bytes_(bytes) {
+  const size_t total = bytes + 2 * kGuard;
+  void* p = nullptr;
+  if (host_ && acclHostAlloc(&p, total) != acclSuccess)
+    throw std::runtime_error(std::string("acclHostAlloc: ") + acclGetLastError(nullptr));
+  if (!host_) mem_.resize(total);
+  base_ = host_ ? static_cast<uint8_t*>(p) : mem_.data();
+  std::memset(base_, kGuardByte, kGuard);
+  std::memset(base_ + kGuard, fill, bytes);
+  std::memset(base_ + kGuard + bytes, kGuardByte, kGuard);
+}
+
+Buf::~Buf() {
+  if (host_) acclHostFree(base_);
 }
 
 bool Buf::guardsOk(const std::string& what) const {
   for (size_t i = 0; i < kGuard; ++i) {
-    if (mem_[i] != kGuardByte) {
+    if (base_[i] != kGuardByte) {
       reportFailure(__FILE__, __LINE__,
                     what + ": write before the start of a buffer (" +
                         std::to_string(kGuard - i) + " bytes before it)");
       return false;
     }
-    if (mem_[kGuard + bytes_ + i] != kGuardByte) {
+    if (base_[kGuard + bytes_ + i] != kGuardByte) {
       reportFailure(__FILE__, __LINE__,
                     what + ": write past the end of a buffer of " + std::to_string(bytes_) +
                         " bytes (at byte " + std::to_string(bytes_ + i) + ")");

@@ -57,17 +57,28 @@ constexpr uint8_t kGuardByte = 0xEB;
 constexpr size_t kGuard = 64;
 
 // A byte buffer with guard zones before and after; guardsOk() reports writes outside it.
+// ACCL_TEST_HOST_MEMORY=all puts every rank's buffers in shared host memory (acclHostAlloc),
+// =odd only the odd ranks' (collectives between shared and private buffers).
 class Buf {
  public:
   explicit Buf(size_t bytes = 0, uint8_t fill = kSentinel);
-  uint8_t* data() { return mem_.data() + kGuard; }
-  const uint8_t* data() const { return mem_.data() + kGuard; }
+  ~Buf();
+  Buf(Buf&& o) noexcept  // a moved vector keeps its memory, so base_ stays valid
+      : mem_(std::move(o.mem_)), base_(o.base_), host_(o.host_), bytes_(o.bytes_) {
+    o.host_ = false;
+  }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  uint8_t* data() { return base_ + kGuard; }
+  const uint8_t* data() const { return base_ + kGuard; }
   uint8_t* at(size_t byteOffset) { return data() + byteOffset; }
   size_t bytes() const { return bytes_; }
   bool guardsOk(const std::string& what) const;
 
  private:
-  std::vector<uint8_t> mem_;
+  std::vector<uint8_t> mem_;  // private memory; empty when in host memory
+  uint8_t* base_;
+  bool host_;
   size_t bytes_;
 };
 

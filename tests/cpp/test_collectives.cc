@@ -226,6 +226,52 @@ TEST_CASE(uncached_copies) {
   return ok ? 0 : 1;
 }
 
+// Shared host memory (acclHostAlloc): rejected arguments, and more regions than a peer keeps
+// mapped, each freed before the next is made, so a new region often reuses a freed one's
+// address, descriptor and inode: a peer storing into its stale mapping would leave the
+// receiver's sentinel in place. Then a send/recv into the place of a freed region.
+TEST_CASE(host_memory) {
+  bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
+    const int n = c.nranks;
+    void* bad = reinterpret_cast<void*>(1);
+    CHECK_EQ(acclHostAlloc(&bad, 0), acclInvalidArgument);
+    CHECK_EQ(acclHostAlloc(nullptr, 64), acclInvalidArgument);
+    int local = 0;
+    CHECK_EQ(acclHostFree(&local), acclInvalidArgument);
+    CHECK_MSG(std::string(acclGetLastError(nullptr)).find("acclHostAlloc") != std::string::npos,
+              std::string("acclHostFree's message names acclHostAlloc: ") +
+                  acclGetLastError(nullptr));
+    ACCL_OK(acclHostFree(nullptr));
+    const size_t count = 100003;  // float32 blocks of 400 KB: single copy
+    for (int round = 0; round < 40; ++round) {
+      runAllGather(c, acclFloat32, count, round % 2 == 1, 100 + round);
+      runAllReduce(c, acclFloat32, acclSum, count, round % 2 == 0);
+    }
+    // A receive into private memory where a shared buffer was, which the receiver published in
+    // its last collective and has freed since: the sender must not write through its mapping.
+    const size_t bytes = size_t(1) << 20;
+    void* h = nullptr;
+    ACCL_OK(acclHostAlloc(&h, bytes * n));
+    char* hc = static_cast<char*>(h);
+    ACCL_OK(acclAllGather(hc + c.rank * bytes, hc, bytes, acclUint8, c.comm, nullptr));
+    ACCL_OK(acclHostFree(h));
+    void* p = mmap(h, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                   -1, 0);
+    REQUIRE_MSG(p == h, "could not map private memory where the shared buffer was");
+    Buf send(bytes);
+    fillPat(send.data(), bytes, c.rank, 31);
+    const int next = (c.rank + 1) % n, prev = (c.rank + n - 1) % n;
+    ACCL_OK(acclGroupStart());
+    ACCL_OK(acclSend(send.data(), bytes, acclUint8, next, c.comm, nullptr));
+    ACCL_OK(acclRecv(p, bytes, acclUint8, prev, c.comm, nullptr));
+    ACCL_OK(acclGroupEnd());
+    checkPat(p, bytes, prev, 31, 0, 1, "a receive where a freed shared buffer was");
+    munmap(p, bytes);
+    sanityAllReduce(c, "40 rounds of new shared buffers");
+  });
+  return ok ? 0 : 1;
+}
+
 // The one 64 MiB case: a float32 all-reduce of 16 Mi elements.
 TEST_CASE(allreduce_64mib) {
   bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {

@@ -339,3 +339,30 @@ def test_broadcast_stream(nranks):
     # Small slots make the larger sizes take several chunks: the root runs ahead chunk by chunk.
     run_ranks(nranks, broadcast_stream_worker, [1, 5, 300, 2000],
               env={"ACCL_SHM_SLOT_BYTES": "4096"})
+
+
+def host_memory_worker(comm):
+    """Arrays from accl.host_empty, which the peers map and copy without the kernel."""
+    n, r = comm.size, comm.rank
+    count = 300001  # 1.2 MB of float32: single copy
+    base = np.arange(count, dtype=np.float32)
+    x = accl.host_empty(count, np.float32)
+    check_array(x, np.zeros(count, np.float32), "a new host_empty array")
+    x[:] = base + r
+    out = accl.host_empty((n, count), np.float32)
+    comm.all_gather(x, out=out)
+    check_array(out, np.stack([base + q for q in range(n)]), "all_gather into host memory")
+    private = base + r  # a peer's private input meets this rank's shared output
+    y = accl.host_empty(count, np.float32)
+    comm.all_reduce(private if r % 2 else x, out=y)
+    check_array(y, n * base + sum(range(n)), "all_reduce, shared and private inputs")
+    comm.all_reduce(x)
+    check_array(x, n * base + sum(range(n)), "in-place all_reduce of host memory")
+    return True
+
+
+def test_host_memory():
+    a = accl.host_empty((3, 5), "float64")
+    assert a.shape == (3, 5) and a.dtype == np.float64 and not a.any()
+    assert a.ctypes.data % 4096 == 0 and accl.host_empty(0, np.int8).size == 0
+    run_ranks(3, host_memory_worker)

@@ -154,6 +154,20 @@ def test_np_launches_the_ranks_and_prints_a_plain_table():
     assert "# Out of bounds values : 0 OK" in lines
 
 
+def test_shared_buffers(tmp_path):
+    """-R 1: the buffers come from accl.host_empty, results stay checked, the table and JSON
+    say so."""
+    out = tmp_path / "shared.json"
+    p = run_cmd([sys.executable, "-m", "accl.perf", "all_gather", "all_reduce", "-np", "2",
+                 "-b", "64K", "-e", "1M", "-f", "16", "-n", "2", "-w", "1", "-R", "1",
+                 "-J", str(out)])
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "shared host memory (-R 1)" in p.stdout.splitlines()[0]
+    assert "# Out of bounds values : 0 OK" in p.stdout
+    data = json.loads(out.read_text())
+    assert data["shared"] is True and data["wrong"] == 0 and len(data["rows"]) == 4
+
+
 def test_fresh_inputs_prints_stale_and_fresh_times():
     """perf/fresh_inputs.py: a row per input size, stale and fresh times, and their ratio."""
     p = run_cmd(launch_cmd(2, sys.executable, os.path.join(REPO, "perf", "fresh_inputs.py"),

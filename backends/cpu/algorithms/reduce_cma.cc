@@ -58,11 +58,16 @@ void reduceRange(ShmComm& c, const CollArgs& a, size_t from, size_t len, char* o
     for (int i = 1; i < n; ++i) {
       const int q = (me + i) % n;
       // One pass keeps every peer's chunk; otherwise each is added before the next is read.
-      char* buf = i == 1 && !inPlace ? dst : scratch + (onePass ? i - 1 : 0) * c.cmaChunkBytes();
-      c.cmaRead(q, buf, c.peer(q).sendAddr + at, k * es);
-      srcs[i] = buf;
+      // A peer's input in shared host memory is reduced where it lies.
+      const char* in = c.mapped(q, c.peer(q).sendAddr + at, k * es);
+      if (!in) {
+        char* buf = i == 1 && !inPlace ? dst : scratch + (onePass ? i - 1 : 0) * c.cmaChunkBytes();
+        c.cmaRead(q, buf, c.peer(q).sendAddr + at, k * es);
+        in = buf;
+      }
+      srcs[i] = in;
       if (onePass) continue;
-      const void* two[2] = {i == 1 ? send + at : dst, buf};
+      const void* two[2] = {i == 1 ? send + at : dst, in};
       reduce(dst, two, 2, k, a.type, op);
     }
     srcs[0] = send + at;

@@ -125,6 +125,15 @@ typedef struct {
 /* Stores ACCL_VERSION_CODE of the loaded library (major*10000 + minor*100 + patch). */
 ACCL_API acclResult_t acclGetVersion(int* version);
 
+/* Host memory that the ranks of a node share, zeroed, page-aligned (like ncclMemAlloc, for host
+ * buffers). Any host buffer works with every call; a collective's buffers in this memory let the
+ * cpu backend's peers on the node copy to and from them directly instead of through the kernel
+ * (docs/algorithms.md, "Shared host memory"). Free it with acclHostFree, after every call using
+ * it has returned on every rank. */
+ACCL_API acclResult_t acclHostAlloc(void** ptr, size_t size);
+/* Frees memory from acclHostAlloc; NULL is ignored. */
+ACCL_API acclResult_t acclHostFree(void* ptr);
+
 /* Creates a new unique id and starts, in this process, the service that the ranks meet at.
  * The service answers one rendezvous and then stops; this process must live until every rank
  * has returned from acclCommInitRank. With ACCL_COMM_ID=host:port set, no service starts here:
