@@ -48,9 +48,9 @@ def get_unique_id() -> bytes:
 def host_empty(shape: int | tuple[int, ...], dtype: Any = "float32") -> Any:
     """A zeroed numpy array in host memory that the ranks of a node share (acclHostAlloc).
 
-    Any array works with every call. As a collective's output on the cpu backend, this one lets
-    the peers on the node store into it directly instead of through a kernel copy (all_gather;
-    docs/python.md). The memory is freed with the array's last reference.
+    Any array works with every call. As a collective's input or output on the cpu backend, this
+    one lets the peers on the node copy to and from it directly instead of through the kernel
+    (docs/api.md). The memory is freed with the array's last reference.
     """
     import numpy as np
 
