@@ -53,7 +53,7 @@ bool progressShm(P2pOp& op, bool receiving) {
       const bool single = c.cma() && op.bytes >= c.cmaMin(kSendRecv);
       const bool posted = single && ch.posted.load(std::memory_order_acquire) == op.msg + 1;
       if (single && posted && ch.postBytes == op.bytes) {  // else the receiver reports the sizes
-        c.postWrite(op.local, ch.postAddr, op.buf, op.bytes);
+        c.postWrite(op.local, ch.postRegion, ch.postAddr, op.buf, op.bytes);
         ch.written.store(op.msg + 1, std::memory_order_release);
         op.done = op.chunks;
         return true;
@@ -77,6 +77,7 @@ bool progressShm(P2pOp& op, bool receiving) {
     if (c.cma() && !op.posted) {
       ch.postAddr = reinterpret_cast<uint64_t>(op.buf);
       ch.postBytes = op.bytes;
+      ch.postRegion = findHostRegion(op.buf);
       ch.posted.store(op.msg + 1, std::memory_order_release);
       op.posted = true;
     }

@@ -343,12 +343,14 @@ ShmComm::~ShmComm() {
 }
 
 char* ShmComm::mapped(int r, uint64_t remote, size_t bytes) const {
-  for (const HostRegion* h : {&ctrl_[r].sendRegion, &ctrl_[r].recvRegion})
-    if (h->id && remote >= h->base && remote - h->base + bytes <= h->size) {
-      char* base = mapRegion(r, *h);
-      return base ? base + (remote - h->base) : nullptr;
-    }
-  return nullptr;
+  char* there = mappedIn(r, ctrl_[r].sendRegion, remote, bytes);
+  return there ? there : mappedIn(r, ctrl_[r].recvRegion, remote, bytes);
+}
+
+char* ShmComm::mappedIn(int r, const HostRegion& h, uint64_t remote, size_t bytes) const {
+  if (!h.id || remote < h.base || remote - h.base + bytes > h.size) return nullptr;
+  char* base = mapRegion(r, h);
+  return base ? base + (remote - h.base) : nullptr;
 }
 
 char* ShmComm::mapRegion(int r, const HostRegion& h) const {
@@ -449,23 +451,24 @@ void ShmComm::announceAbort() {
 }
 
 void ShmComm::cmaRead(int r, void* local, uint64_t remote, size_t bytes) const {
-  cmaCopy(r, local, remote, bytes, false, true);
+  cmaCopy(r, local, remote, bytes, false, mapped(r, remote, bytes));
 }
 
 void ShmComm::cmaWrite(int r, uint64_t remote, const void* local, size_t bytes) const {
-  cmaCopy(r, const_cast<void*>(local), remote, bytes, true, true);
+  cmaCopy(r, const_cast<void*>(local), remote, bytes, true, mapped(r, remote, bytes));
 }
 
-void ShmComm::postWrite(int r, uint64_t remote, const void* local, size_t bytes) const {
-  cmaCopy(r, const_cast<void*>(local), remote, bytes, true, false);
+void ShmComm::postWrite(int r, const HostRegion& region, uint64_t remote, const void* local,
+                        size_t bytes) const {
+  cmaCopy(r, const_cast<void*>(local), remote, bytes, true, mappedIn(r, region, remote, bytes));
 }
 
 void ShmComm::cmaCopy(int r, void* local, uint64_t remote, size_t bytes, bool write,
-                      bool mayMap) const {
+                      char* there) const {
   char* mine = static_cast<char*>(local);
   // Shared host memory: the peer's buffer is mapped here, no kernel copy needed (2 ranks,
   // in-place all_gather of 16-64 MiB: 0.3-0.9 of the time; docs/algorithms.md).
-  if (char* there = mayMap ? mapped(r, remote, bytes) : nullptr) {
+  if (there) {
     if (write) copyUncached(there, mine, bytes);
     else memcpy(mine, there, bytes);
     return;

@@ -75,7 +75,8 @@ struct alignas(64) ChannelCtrl {
   alignas(64) std::atomic<uint64_t> head;  // chunks taken by the receiver
   // Read by a sender only for messages that may go single copy.
   alignas(64) std::atomic<uint64_t> posted;  // m + 1: the receiver waits for message m at
-  uint64_t postAddr, postBytes;              // this address, for this many bytes
+  uint64_t postAddr, postBytes;              // this address, for this many bytes,
+  HostRegion postRegion;                     // in this shared host memory (id 0: none)
 };
 
 struct ShmHeader {
@@ -193,9 +194,11 @@ class ShmComm {
   void cmaRead(int r, void* local, uint64_t remote, size_t bytes) const;
   // Copies `bytes` from `local` to address `remote` (as cmaRead's) in rank r's process.
   void cmaWrite(int r, uint64_t remote, const void* local, size_t bytes) const;
-  // The same to an address r posted for a message (send/recv): always through the kernel, as
-  // r's published buffers, perhaps freed since its last collective, say nothing of it.
-  void postWrite(int r, uint64_t remote, const void* local, size_t bytes) const;
+  // The same to an address r posted for a message (send/recv), which lies in `region` (id 0:
+  // none), posted with it: r's published buffers, perhaps freed since its last collective, say
+  // nothing of it.
+  void postWrite(int r, const HostRegion& region, uint64_t remote, const void* local,
+                 size_t bytes) const;
   // [remote, remote + bytes) of rank r mapped into this process, where it lies in shared host
   // memory that r published for this operation; nullptr otherwise.
   char* mapped(int r, uint64_t remote, size_t bytes) const;
@@ -237,7 +240,10 @@ class ShmComm {
   int global(int r) const { return members_[r]; }
 
  private:
-  void cmaCopy(int r, void* local, uint64_t remote, size_t bytes, bool write, bool mayMap) const;
+  // `there`: the remote bytes mapped here, or nullptr for the kernel's copy.
+  void cmaCopy(int r, void* local, uint64_t remote, size_t bytes, bool write, char* there) const;
+  // [remote, remote + bytes) of rank r's region h mapped here, or nullptr.
+  char* mappedIn(int r, const HostRegion& h, uint64_t remote, size_t bytes) const;
   char* mapRegion(int r, const HostRegion& h) const;
   // Waits until rank `only` (-1: every rank) has arrived at `epoch`.
   void waitRanks(int only, uint64_t epoch);
