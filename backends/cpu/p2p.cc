@@ -53,7 +53,12 @@ bool progressShm(P2pOp& op, bool receiving) {
       const bool single = c.cma() && op.bytes >= c.cmaMin(kSendRecv);
       const bool posted = single && ch.posted.load(std::memory_order_acquire) == op.msg + 1;
       if (single && posted && ch.postBytes == op.bytes) {  // else the receiver reports the sizes
-        c.postWrite(op.local, ch.postRegion, ch.postAddr, op.buf, op.bytes);
+        try {
+          c.postWrite(op.local, ch.postRegion, ch.postAddr, op.buf, op.bytes);
+        } catch (const Error&) {  // the receiver would wait for the message until its timeout
+          ch.written.store((op.msg + 1) | kWriteFailed, std::memory_order_release);
+          throw;
+        }
         ch.written.store(op.msg + 1, std::memory_order_release);
         op.done = op.chunks;
         return true;
@@ -81,10 +86,18 @@ bool progressShm(P2pOp& op, bool receiving) {
       ch.posted.store(op.msg + 1, std::memory_order_release);
       op.posted = true;
     }
-    if (op.posted && ch.written.load(std::memory_order_acquire) == op.msg + 1) {
+    const uint64_t written = op.posted ? ch.written.load(std::memory_order_acquire) : 0;
+    if (written == op.msg + 1) {
       op.done = op.chunks;
       return true;
     }
+    if (written == ((op.msg + 1) | kWriteFailed))
+      ACCL_THROW(acclRemoteError, "%s: rank %d could not write its %zu-byte message into the "
+                 "receive buffer at %p (its error says why: a receive buffer this process cannot "
+                 "write, or a send buffer it cannot read)",
+                 op.internal ? "a receive" : format("acclRecv #%llu",
+                                                    (unsigned long long)op.seq).c_str(),
+                 op.peer, op.bytes, static_cast<void*>(op.buf));
     while (op.done < op.chunks) {
       uint64_t head = ch.head.load(std::memory_order_relaxed);  // written only by this rank
       if (head == ch.tail.load(std::memory_order_acquire)) break;

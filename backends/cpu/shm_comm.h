@@ -66,9 +66,12 @@ struct alignas(64) RankCtrl {
 // and a sender that finds that post when it starts message m writes there and says so.
 // Each line is written by one side only; a small message moves the sender's line and the data
 // one way and the head back.
+constexpr uint64_t kWriteFailed = uint64_t(1) << 63;
+
 struct alignas(64) ChannelCtrl {
   alignas(64) std::atomic<uint64_t> tail;  // chunks written by the sender
-  std::atomic<uint64_t> written;           // m + 1: message m was written single copy
+  std::atomic<uint64_t> written;           // m + 1: message m was written single copy;
+                                           // with kWriteFailed: the sender could not write it
   // Total bytes of the message each buffered chunk belongs to, so a mismatched send/recv pair
   // is reported instead of silently misread. Written before `tail` is released.
   uint64_t msgBytes[kP2pBufs];

@@ -1,4 +1,6 @@
 // Point to point: acclSend / acclRecv inside and outside groups.
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -265,6 +267,51 @@ TEST_CASE(sendrecv) {
 
 // A send larger than the matching receive: the receiver must get an error and nothing may be
 // written past its buffer; neither side may hang past the timeout.
+// A receive buffer that cannot be written (read-only pages), in an exchange, so that the
+// peer's send goes single copy: the sender's kernel copy fails, and the receiver learns it at
+// once instead of waiting for its timeout.
+TEST_CASE(p2p_bad_buffer) {
+  RunOpts o;
+  o.initComm = false;
+  bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
+    acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
+    cfg.timeout = 20.0;
+    acclComm_t comm = nullptr;
+    ACCL_OK(acclCommInitRankConfig(&comm, c.nranks, c.ids[0], c.rank, &cfg));
+    c.comm = comm;
+    sanityAllReduce(c, "init");
+    const size_t bytes = 1 << 20;
+    Buf s(bytes);
+    void* r = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(r != MAP_FAILED);
+    if (c.rank == 1) mprotect(r, bytes, PROT_READ);
+    const int peer = 1 - c.rank;
+    double t0 = now();
+    ACCL_OK(acclGroupStart());
+    ACCL_OK(acclSend(s.data(), bytes, acclUint8, peer, comm, nullptr));
+    ACCL_OK(acclRecv(r, bytes, acclUint8, peer, comm, nullptr));
+    acclResult_t res = acclGroupEnd();
+    double el = now() - t0;
+    std::string msg = lastError();
+    note("an exchange into a read-only receive buffer on rank 1 returned " + resultName(res) +
+         ": " + msg);
+    CHECK_MSG(el < 10.0, "the failed exchange took " + std::to_string(el) + " s, a 20 s timeout");
+    if (c.rank == 0) {
+      CHECK_EQ(res, acclSystemError);
+      CHECK_MSG(msg.find("rank 1") != std::string::npos, "rank 0's error names rank 1: " + msg);
+    } else {
+      CHECK_EQ(res, acclRemoteError);
+      CHECK_MSG(msg.find("could not write") != std::string::npos && msg.find("rank 0") != std::string::npos,
+                "rank 1's error says rank 0 could not write: " + msg);
+    }
+    munmap(r, bytes);
+    c.oobBarrier();
+    c.comm = nullptr;
+    CHECK_ACCL_OK(acclCommAbort(comm));
+  }, o);
+  return ok ? 0 : 1;
+}
+
 TEST_CASE(p2p_mismatch) {
   RunOpts o;
   o.initComm = false;
