@@ -82,7 +82,8 @@ bool progressShm(P2pOp& op, bool receiving) {
     if (c.cma() && !op.posted) {
       ch.postAddr = reinterpret_cast<uint64_t>(op.buf);
       ch.postBytes = op.bytes;
-      ch.postRegion = findHostRegion(op.buf);
+      // Looked up (a lock, where shared memory exists) only where the send may go single copy.
+      ch.postRegion = op.bytes >= c.cmaMin(kSendRecv) ? findHostRegion(op.buf) : HostRegion{};
       ch.posted.store(op.msg + 1, std::memory_order_release);
       op.posted = true;
     }

@@ -60,18 +60,19 @@ struct alignas(64) RankCtrl {
   HostRegion sendRegion, recvRegion;
 };
 
+// Set in ChannelCtrl::written with m + 1: the sender could not write message m single copy.
+constexpr uint64_t kWriteFailed = uint64_t(1) << 63;
+
 // A send/recv channel (one per ordered pair of ranks). A message travels in chunks through the
 // channel's buffers, or, single copy, straight from the sender's buffer into the receiver's:
 // the receiver posts where it waits for message m (messages are counted on each side, from 0),
 // and a sender that finds that post when it starts message m writes there and says so.
 // Each line is written by one side only; a small message moves the sender's line and the data
 // one way and the head back.
-constexpr uint64_t kWriteFailed = uint64_t(1) << 63;
-
 struct alignas(64) ChannelCtrl {
   alignas(64) std::atomic<uint64_t> tail;  // chunks written by the sender
-  std::atomic<uint64_t> written;           // m + 1: message m was written single copy;
-                                           // with kWriteFailed: the sender could not write it
+  std::atomic<uint64_t> written;           // m + 1: message m was written single copy (or
+                                           // m + 1 | kWriteFailed: it could not be)
   // Total bytes of the message each buffered chunk belongs to, so a mismatched send/recv pair
   // is reported instead of silently misread. Written before `tail` is released.
   uint64_t msgBytes[kP2pBufs];

@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
+
 from . import _accl
 from . import _types as t
 from ._buffers import block, parse, wire
@@ -52,8 +54,6 @@ def host_empty(shape: int | tuple[int, ...], dtype: Any = "float32") -> Any:
     one lets the peers on the node copy to and from it directly instead of through the kernel
     (docs/api.md). The memory is freed with the array's last reference.
     """
-    import numpy as np
-
     dt = np.dtype(dtype)
     count = int(np.prod(shape, dtype=np.int64))
     data = _accl.HostBuffer(max(1, count * dt.itemsize))

@@ -265,8 +265,6 @@ TEST_CASE(sendrecv) {
   return ok ? 0 : 1;
 }
 
-// A send larger than the matching receive: the receiver must get an error and nothing may be
-// written past its buffer; neither side may hang past the timeout.
 // A receive buffer that cannot be written (read-only pages), in an exchange, so that the
 // peer's send goes single copy: the sender's kernel copy fails, and the receiver learns it at
 // once instead of waiting for its timeout.
@@ -312,6 +310,8 @@ TEST_CASE(p2p_bad_buffer) {
   return ok ? 0 : 1;
 }
 
+// A send larger than the matching receive: the receiver must get an error and nothing may be
+// written past its buffer; neither side may hang past the timeout.
 TEST_CASE(p2p_mismatch) {
   RunOpts o;
   o.initComm = false;
