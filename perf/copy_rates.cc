@@ -1,6 +1,6 @@
 // Two processes, one per core, each copying the same number of bytes at the same time, by
-// method: why a peer's shared mapping beats the kernel's copy (docs/algorithms.md, "Shared host
-// memory"). Build and run: g++ -O2 perf/copy_rates.cc -o /tmp/copy_rates && /tmp/copy_rates 32
+// method: why a peer's shared mapping beats the kernel's copy, and what small pages cost the
+// kernel's copy (docs/algorithms.md, "Shared host memory" and "Page size"). Build and run: g++ -O2 perf/copy_rates.cc -o /tmp/copy_rates && /tmp/copy_rates 32
 // (MiB per process; prints the median of 15 rounds for each method).
 #include <immintrin.h>
 #include <sched.h>
@@ -34,12 +34,14 @@ void movsb(char* d, const char* s, size_t n) {
 }
 
 // Private memory at the same address in both processes (so each can name the other's buffer),
-// on huge pages where the kernel allows, written so that every page is this process's own.
-char* privateBuffer(uintptr_t at, size_t n) {
+// on huge pages where the kernel allows (`huge`) or on small pages, as numpy's and torch's
+// memory is where transparent huge pages are only advised, written so that every page is this
+// process's own.
+char* privateBuffer(uintptr_t at, size_t n, bool huge = true) {
   void* p = mmap(reinterpret_cast<void*>(at), n, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
   if (p == MAP_FAILED) { perror("mmap"); exit(1); }
-  madvise(p, n, MADV_HUGEPAGE);
+  madvise(p, n, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   memset(p, 1, n);
   return static_cast<char*>(p);
 }
@@ -66,6 +68,8 @@ int main(int argc, char** argv) {
   const pid_t peer = me ? parent : child;
   char* src = privateBuffer(0x600000000000, n);
   char* dst = privateBuffer(0x610000000000, n);
+  char* srcSmall = privateBuffer(0x620000000000, n, false);
+  char* dstSmall = privateBuffer(0x630000000000, n, false);
   auto barrier = [&] {
     char c = 0;
     bool ok = me ? write(up[1], &c, 1) == 1 && read(down[0], &c, 1) == 1
@@ -73,18 +77,19 @@ int main(int argc, char** argv) {
     if (!ok) exit(1);
   };
   const char* names[] = {"memcpy", "rep movsb", "streaming stores", "process_vm_writev to the peer",
-                         "streaming stores into the peer's shared buffer"};
+                         "streaming stores into the peer's shared buffer",
+                         "process_vm_writev to the peer, small pages"};
   // The methods take turns round by round, so that a drift in the machine's speed reaches all.
-  std::vector<double> us[5];
+  std::vector<double> us[6];
   for (int round = 0; round < 15; ++round) {
-    for (int method = 0; method < 5; ++method) {
+    for (int method = 0; method < 6; ++method) {
       barrier();
       auto t0 = std::chrono::steady_clock::now();
       if (method == 0) memcpy(dst, src, n);
       if (method == 1) movsb(dst, src, n);
       if (method == 2) stream(dst, src, n);
-      if (method == 3) {
-        iovec local{src, n}, remote{dst, n};
+      if (method == 3 || method == 5) {
+        iovec local{method == 3 ? src : srcSmall, n}, remote{method == 3 ? dst : dstSmall, n};
         if (process_vm_writev(peer, &local, 1, &remote, 1, 0) != ssize_t(n)) perror("writev");
       }
       if (method == 4) stream(shared[1 - me], src, n);
@@ -93,7 +98,7 @@ int main(int argc, char** argv) {
     }
   }
   barrier();
-  for (int method = 0; method < 5 && !me; ++method) {
+  for (int method = 0; method < 6 && !me; ++method) {
     std::sort(us[method].begin(), us[method].end());
     printf("%-48s %8.0f us  %6.2f GB/s per process\n", names[method], us[method][7],
            n / us[method][7] / 1e3);
