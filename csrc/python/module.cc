@@ -1,5 +1,6 @@
 // accl._accl: a thin pybind11 layer over the C API. Buffers arrive as integer addresses that the
-// Python package has already checked; every data-moving call releases the GIL.
+// Python package has already checked, except in all_reduce_arrays; every data-moving call
+// releases the GIL.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -25,6 +26,52 @@ void check(acclResult_t r) {
 }
 
 void* ptr(uintptr_t a) { return reinterpret_cast<void*>(a); }
+
+// A C-contiguous buffer of one of numpy's native element types, held for the scope; empty
+// (`type` -1) when the object has none or refuses `flags` (a read-only array asked to be
+// writable, a strided one).
+class ArrayView {
+ public:
+  ArrayView(py::handle obj, int flags) {
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+      PyErr_Clear();
+      return;
+    }
+    held_ = true;
+    type_ = typeOf(view_.format, view_.itemsize);
+  }
+  ArrayView(const ArrayView&) = delete;
+  ~ArrayView() {
+    if (held_) PyBuffer_Release(&view_);
+  }
+  int type() const { return type_; }
+  void* data() const { return view_.buf; }
+  size_t count() const { return size_t(view_.len / view_.itemsize); }
+
+ private:
+  // The acclDataType_t of a struct-module format in native order, or -1 (bool, whose ops the
+  // Python layer maps, and every other type it converts or reports).
+  static int typeOf(const char* f, Py_ssize_t size) {
+    if (!f) return -1;
+    if (f[0] == '@') ++f;  // native order and sizes, which numpy leaves unsaid
+    if (!f[0] || f[1]) return -1;
+    switch (f[0]) {
+      case 'b': return acclInt8;
+      case 'B': return acclUint8;
+      case 'e': return acclFloat16;
+      case 'f': return acclFloat32;
+      case 'd': return acclFloat64;
+      case 'i': case 'l': case 'q':
+        return size == 4 ? acclInt32 : size == 8 ? acclInt64 : -1;
+      case 'I': case 'L': case 'Q':
+        return size == 4 ? acclUint32 : size == 8 ? acclUint64 : -1;
+      default: return -1;
+    }
+  }
+  Py_buffer view_{};
+  bool held_ = false;
+  int type_ = -1;
+};
 
 class HostBuffer {
  public:
@@ -86,6 +133,23 @@ class Comm {
 
   void allReduce(uintptr_t s, uintptr_t r, size_t n, int t, int op) {
     check(acclAllReduce(ptr(s), ptr(r), n, acclDataType_t(t), acclRedOp_t(op), comm_, nullptr));
+  }
+  // all_reduce of two numpy arrays whose buffers need no conversion and match: checked here,
+  // not in Python, whose checks were most of the Python API's cost for a small all-reduce
+  // (8 bytes, 2 ranks: 3.7-3.9 us over the C API's call, against 1.2 this way). False, with
+  // nothing done, for anything else: the Python layer then checks the arguments and names what
+  // is wrong.
+  bool allReduceArrays(py::handle x, py::handle out, int op) {
+    ArrayView in(x, PyBUF_SIMPLE), res(out, PyBUF_WRITABLE);
+    if (in.type() < 0 || res.type() != in.type() || res.count() != in.count()) return false;
+    acclResult_t r;
+    {
+      py::gil_scoped_release nogil;
+      r = acclAllReduce(in.data(), res.data(), in.count(), acclDataType_t(in.type()),
+                        acclRedOp_t(op), comm_, nullptr);
+    }
+    check(r);
+    return true;
   }
   void broadcast(uintptr_t s, uintptr_t r, size_t n, int t, int root) {
     check(acclBroadcast(ptr(s), ptr(r), n, acclDataType_t(t), root, comm_, nullptr));
@@ -237,6 +301,7 @@ PYBIND11_MODULE(_accl, m) {
       .def_property_readonly("size", &Comm::size)
       .def_property_readonly("backend", &Comm::backend)
       .def("all_reduce", &Comm::allReduce, G())
+      .def("all_reduce_arrays", &Comm::allReduceArrays)
       .def("broadcast", &Comm::broadcast, G())
       .def("reduce", &Comm::reduce, G())
       .def("all_gather", &Comm::allGather, G())

@@ -67,6 +67,11 @@ def reference(v, op, dtype):
     return red.astype(dt), 0.0
 
 
+class _Checked(np.ndarray):
+    """An ndarray subclass: all_reduce checks it in Python, where it checks plain numpy arrays
+    in C++ (Comm.all_reduce_arrays); both paths must give the same result."""
+
+
 def _reducing(comm, dt, count, op, seed, cases):
     n, r = comm.size, comm.rank
     name = f"{np.dtype(dt).name} {accl._types.OP_NAMES[op]} count {count}"
@@ -85,6 +90,11 @@ def _reducing(comm, dt, count, op, seed, cases):
     check(res is out, "all_reduce returns out")
     check_array(out, want, f"all_reduce {name}", rtol)
     check_array(x, v[r].astype(dt), f"all_reduce {name} leaves x alone")
+
+    x = v[r].astype(dt).view(_Checked)
+    res = comm.all_reduce(x, op=op)
+    check(res is x, "all_reduce in place returns x (checked in Python)")
+    check_array(x, want, f"all_reduce in place {name} (checked in Python)", rtol)
 
     root = seed % n
     x = v[r].astype(dt)
@@ -122,7 +132,7 @@ def _reducing(comm, dt, count, op, seed, cases):
     res = comm.reduce_scatter(x, op=op, out=out)
     check(res is out, "reduce_scatter returns out")
     check_array(out, want, f"reduce_scatter {name}", rtol)
-    cases[0] += 6
+    cases[0] += 7
 
 
 def _moving(comm, dt, count, seed, cases):
