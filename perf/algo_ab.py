@@ -44,13 +44,20 @@ def main() -> None:
     n, count = world.size, max(sizes) // 4
     src = np.ones(count * (n if coll in ("reduce_scatter", "alltoall") else 1), np.float32)
     out = np.zeros(count * (n if coll in ("all_gather", "alltoall") else 1), np.float32)
-    send = out.ctypes.data if inplace else src.ctypes.data
     times: dict[tuple[int, int], list[float]] = {}
     for _ in range(rounds):
         for s in sizes:
             for i, c in enumerate(comms):
                 live = c._live()
-                args = (coll, send, out.ctypes.data, s // 4, _types.FLOAT32, accl.SUM, 0)
+                send, recv = src.ctypes.data, out.ctypes.data
+                if inplace:  # the C API's in-place layouts
+                    if coll == "reduce_scatter":
+                        recv = send + world.rank * s
+                    elif coll == "all_gather":
+                        send = recv + world.rank * s
+                    else:
+                        send = recv
+                args = (coll, send, recv, s // 4, _types.FLOAT32, accl.SUM, 0)
                 live.time_op(*args, 3)  # warm-up
                 c.barrier()
                 mine = np.array([live.time_op(*args, iters) / iters])
