@@ -1,6 +1,7 @@
 // Two processes, one per core, each copying the same number of bytes at the same time, by
 // method: why a peer's shared mapping beats the kernel's copy, and what small pages cost the
-// kernel's copy (docs/algorithms.md, "Shared host memory" and "Page size"). Build and run: g++ -O2 perf/copy_rates.cc -o /tmp/copy_rates && /tmp/copy_rates 32
+// kernel's copy (docs/algorithms.md, "Shared host memory" and "Page size"). Build and run:
+// g++ -O2 perf/copy_rates.cc -o /tmp/copy_rates && /tmp/copy_rates 32
 // (MiB per process; prints the median of 15 rounds for each method).
 #include <immintrin.h>
 #include <sched.h>
