@@ -30,6 +30,28 @@ def test_one_rank_communicator():
     assert repr(c).endswith("destroyed>")
 
 
+def test_all_reduce_arrays_takes_plain_arrays_only():
+    """Comm.all_reduce_arrays, all_reduce's C++ path, takes every numeric numpy dtype as it is
+    and declines (False, nothing done) what the Python layer must convert or report."""
+    with accl.Communicator(accl.get_unique_id(), 0, 1) as c:
+        live = c._live()
+        for dt in (np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.longlong,
+                   np.ulonglong, np.float16, np.float32, np.float64):
+            x, out = np.arange(5, dtype=dt), np.zeros(5, dt)
+            assert live.all_reduce_arrays(x, out, accl.SUM) is True, dt
+            assert (out == x).all() and live.all_reduce_arrays(x, x, accl.MAX) is True
+        x = np.ones(4, np.float32)
+        ro = x.copy()
+        ro.flags.writeable = False
+        for a, b in [(np.ones(4, bool), np.ones(4, bool)), (x, np.ones(4)), (x, np.ones(3, x.dtype)),
+                     (x, ro), (np.ones(8, np.float32)[::2], x), (np.ones(4, ">f4"), x),
+                     (np.ones(4, np.int16), np.ones(4, np.int16)), ([1.0] * 4, x)]:
+            before = b.copy() if isinstance(b, np.ndarray) else None
+            assert live.all_reduce_arrays(a, b, accl.SUM) is False
+            assert before is None or (b == before).all()
+        assert live.all_reduce_arrays(ro, x, accl.SUM) is True  # a read-only input is fine
+
+
 def test_group_ends_when_its_body_raises():
     with accl.Communicator(accl.get_unique_id(), 0, 1) as c:
         with pytest.raises(KeyError):
