@@ -43,9 +43,10 @@ def test_all_reduce_arrays_takes_plain_arrays_only():
         x = np.ones(4, np.float32)
         ro = x.copy()
         ro.flags.writeable = False
-        for a, b in [(np.ones(4, bool), np.ones(4, bool)), (x, np.ones(4)), (x, np.ones(3, x.dtype)),
-                     (x, ro), (np.ones(8, np.float32)[::2], x), (np.ones(4, ">f4"), x),
-                     (np.ones(4, np.int16), np.ones(4, np.int16)), ([1.0] * 4, x)]:
+        for a, b in [(np.ones(4, bool), np.ones(4, bool)), (x, np.ones(4)),
+                     (x, np.ones(3, x.dtype)), (x, ro), (np.ones(8, np.float32)[::2], x),
+                     (np.ones(4, ">f4"), x), (np.ones(4, np.int16), np.ones(4, np.int16)),
+                     ([1.0] * 4, x)]:
             before = b.copy() if isinstance(b, np.ndarray) else None
             assert live.all_reduce_arrays(a, b, accl.SUM) is False
             assert before is None or (b == before).all()
