@@ -13,6 +13,8 @@ elements that differ from a numpy reference (#wrong, summed over ranks). Rank 0 
 table to stdout and, when stderr is a terminal, a progress line there; `-J file` also writes
 the results as JSON. The exit status is 1 if any element was wrong. `-R 1` puts accl's
 buffers in shared host memory (accl.host_empty), as nccl-tests' `-R` registers NCCL's.
+`--pages small` puts every library's private buffers on small pages instead of huge ones, as
+numpy's and torch's memory is where transparent huge pages are only advised.
 
 `--library gloo|mpi|mpich|oneccl` runs the same harness over torch.distributed's gloo, mpi4py
 (over Open MPI or MPICH) or Intel oneCCL (through its shim, built by `make oneccl`) instead
@@ -262,6 +264,7 @@ class Options:
     plot: str | None = None
     repeat: int = 1  # timed loops per point; the median is reported
     shared: bool = False  # -R 1: accl's buffers in shared host memory (acclHostAlloc)
+    pages: str = "huge"  # of the private buffers: "huge" (advised) or "small"
 
     @property
     def sizes(self) -> list[int]:
@@ -284,7 +287,7 @@ class Options:
                 "-e", str(self.maxbytes), "-f", str(self.stepfactor), "-i", str(self.stepbytes),
                 "-n", str(self.iters), "-w", str(self.warmup), "-c", str(int(self.check)),
                 "-d", t.DTYPE_NAMES[self.dtype], "-o", t.OP_NAMES[self.op], "-r", str(self.root),
-                "--repeat", str(self.repeat), "-R", str(int(self.shared))]
+                "--repeat", str(self.repeat), "-R", str(int(self.shared)), "--pages", self.pages]
 
 
 def parse_size(text: str) -> int:
@@ -333,6 +336,9 @@ def _parse(argv: list[str] | None) -> Options:
                     help="1: accl's buffers in shared host memory (acclHostAlloc), which its "
                     "peers copy to and from without the kernel; other libraries keep private "
                     "memory (default 0: private memory)")
+    ap.add_argument("--pages", default="huge", choices=("huge", "small"),
+                    help="pages of the private buffers: huge (advised; default), or small, as "
+                    "numpy's and torch's memory where huge pages are only advised")
     ap.add_argument("-np", dest="nranks", type=int, metavar="N",
                     help="start N local ranks (not under a launcher)")
     ap.add_argument("--library", default="accl", choices=LIBRARIES,
@@ -365,7 +371,7 @@ def _parse(argv: list[str] | None) -> Options:
     return Options(colls, ns.minbytes, ns.maxbytes, ns.stepfactor, ns.stepbytes, ns.iters,
                    ns.warmup_iters, bool(ns.check), _DTYPES[ns.datatype], _OPS[ns.op], ns.root,
                    ns.json, ns.library, ns.nranks, compare, passes, ns.plot, ns.repeat,
-                   bool(ns.shared))
+                   bool(ns.shared), ns.pages)
 
 
 def _fmt(v: float) -> str:
@@ -581,14 +587,15 @@ def totals(rows: list[dict]) -> tuple[int, float]:
 HUGE_PAGE = 2 << 20
 
 
-def buffer(count: int, dtype: np.dtype, shared: bool = False) -> np.ndarray:
+def buffer(count: int, dtype: np.dtype, shared: bool = False, huge: bool = True) -> np.ndarray:
     """A zeroed array starting at a 2 MiB boundary, with transparent huge pages advised (they
     back it where the kernel allows). Every library of a comparison runs in processes of its
     own, and with numpy's allocation whether the first megabytes of a buffer were huge pages
     depended on where each process's allocator put it: accl's single-copy all_gather of 128 KiB
     to 1 MiB took 1.5-1.6x longer on small pages, so that lottery, not the library, picked the
-    leader at those sizes. `shared`: in shared host memory instead (acclHostAlloc, small pages
-    where the kernel keeps shared memory off huge pages, as by default)."""
+    leader at those sizes. `huge` False: huge pages refused, so small pages back every byte.
+    `shared`: in shared host memory instead (acclHostAlloc, small pages where the kernel keeps
+    shared memory off huge pages, as by default)."""
     if shared:
         a = host_empty(count, dtype)
         a.fill(0)  # written now, as below
@@ -599,7 +606,7 @@ def buffer(count: int, dtype: np.dtype, shared: bool = False) -> np.ndarray:
     skip = -np.frombuffer(m, np.uint8, 1).ctypes.data % HUGE_PAGE
     if hasattr(mmap, "MADV_HUGEPAGE"):
         try:
-            m.madvise(mmap.MADV_HUGEPAGE, skip, len(m) - skip)
+            m.madvise(mmap.MADV_HUGEPAGE if huge else mmap.MADV_NOHUGEPAGE, skip, len(m) - skip)
         except OSError:
             pass  # a kernel without transparent huge pages: small pages for every library
     a = np.frombuffer(m, dtype, count, skip)
@@ -615,8 +622,9 @@ def _sweep(runner: Any, opts: Options) -> int:
     top = opts.sizes[-1] // h.itemsize
     # -R is accl's: the other libraries are faster on private memory (docs/performance.md).
     shared = opts.shared and runner.library == "accl"
-    send = buffer(top, np.dtype(h.np_dtype), shared)
-    recv = buffer(top, np.dtype(h.np_dtype), shared)
+    huge = opts.pages == "huge"
+    send = buffer(top, np.dtype(h.np_dtype), shared, huge)
+    recv = buffer(top, np.dtype(h.np_dtype), shared, huge)
     lead = runner.rank == 0
     progress = Progress() if lead else None
     rows = []
@@ -625,7 +633,8 @@ def _sweep(runner: Any, opts: Options) -> int:
     say(f"# accl.perf: {runner.size} ranks, library {runner.library} (backend {runner.backend}"
         f"{f', tuning file {tuned}' if tuned else ''}), "
         f"{opts.iters_text()}, {opts.warmup} warmup iters, "
-        f"check {int(opts.check)}{', shared host memory (-R 1)' if shared else ''}")
+        f"check {int(opts.check)}{', shared host memory (-R 1)' if shared else ''}"
+        f"{', small pages' if not huge and not shared else ''}")
     todo = len(opts.collectives) * len(opts.sizes)
     for coll in opts.collectives:
         say("\n".join(table_header(coll.name)))
@@ -650,7 +659,8 @@ def _sweep(runner: Any, opts: Options) -> int:
                        "iters": opts.iters, "repeat": opts.repeat, "warmup": opts.warmup,
                        "check": opts.check,
                        "datatype": t.DTYPE_NAMES[opts.dtype], "op": t.OP_NAMES[opts.op],
-                       "root": opts.root, "shared": shared, "rows": rows, "wrong": wrong,
+                       "root": opts.root, "shared": shared, "pages": opts.pages,
+                       "rows": rows, "wrong": wrong,
                        "avg_busbw": avg},
                       f, indent=1)
     if lead and opts.plot:

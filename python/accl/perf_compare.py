@@ -147,6 +147,7 @@ def drive(opts: perf.Options) -> int:
                        "warmup": opts.warmup, "check": opts.check,
                        "datatype": t.DTYPE_NAMES[opts.dtype],
                        "op": t.OP_NAMES[opts.op], "root": opts.root, "shared": opts.shared,
+                       "pages": opts.pages,
                        "rows": rows, "medians": med, "ratios": ratios, "wrong": wrong}, f, indent=1)
     if opts.plot:
         plot(med, opts.plot)
@@ -191,7 +192,8 @@ def combined_table(opts: perf.Options, libraries: list[str], med: list[dict],
     lines = [f"# accl.perf: {opts.nranks} ranks, {t.DTYPE_NAMES[opts.dtype]} "
              f"{t.OP_NAMES[opts.op]}, out of place, {opts.iters_text()}, median of "
              f"{opts.passes} interleaved passes"
-             f"{', accl on shared host memory (-R 1)' if opts.shared else ''}; "
+             f"{', accl on shared host memory (-R 1)' if opts.shared else ''}"
+             f"{', small pages' if opts.pages == 'small' else ''}; "
              f"ratio = {base} busbw / peer busbw"]
     for coll in opts.collectives:
         sizes = sorted({s for (_, c, s) in at if c == coll.name})

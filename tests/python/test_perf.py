@@ -142,6 +142,30 @@ def test_buffers_hold_pages_of_their_own_before_any_call():
     assert own.all(), f"{pages - int(own.sum())} of {pages} pages not written"
 
 
+def test_small_pages():
+    """--pages small: every byte of the private buffers on small pages (AnonHugePages 0 in the
+    mapping that holds them), results still checked, the first line and the JSON say so."""
+    b = perf.buffer(4 << 20, np.dtype(np.uint8), huge=False)
+    at = b.ctypes.data
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                inside = lo <= at < hi
+            elif inside and head == "AnonHugePages:":
+                assert line.split()[1] == "0", line
+                break
+        else:
+            pytest.fail("the buffer's mapping is not in /proc/self/smaps")
+    out = run_cmd([sys.executable, "-m", "accl.perf", "all_gather", "-b", "1M", "-e", "1M",
+                   "-n", "2", "-w", "1", "--pages", "small", "-J", "/dev/stdout"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines()[0].endswith(", small pages"), out.stdout
+    assert '"pages": "small"' in out.stdout and "Out of bounds values : 0 OK" in out.stdout
+
+
 def test_np_launches_the_ranks_and_prints_a_plain_table():
     p = run_cmd([sys.executable, "-m", "accl.perf", "all_reduce", "sendrecv", "-np", "2", "-b", "8",
                  "-e", "1K", "-f", "8", "-n", "2", "-w", "1"])
