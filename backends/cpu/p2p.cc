@@ -35,6 +35,11 @@ std::string describe(const P2pOp& op) {
                        beat < 0 ? "" : format("; its last heartbeat %.1f s ago", beat).c_str());
 }
 
+// How an error names a receive: the user's call with its number, or a step of a collective.
+std::string receiveName(const P2pOp& op) {
+  return op.internal ? "a receive" : format("acclRecv #%llu", (unsigned long long)op.seq);
+}
+
 // Moves as many chunks of `op` as its shared-memory channel allows without waiting; true if
 // any moved. `receiving`: a receive of the same set is not finished.
 bool progressShm(P2pOp& op, bool receiving) {
@@ -96,9 +101,7 @@ bool progressShm(P2pOp& op, bool receiving) {
       ACCL_THROW(acclRemoteError, "%s: rank %d could not write its %zu-byte message into the "
                  "receive buffer at %p (its error says why: a receive buffer this process cannot "
                  "write, or a send buffer it cannot read)",
-                 op.internal ? "a receive" : format("acclRecv #%llu",
-                                                    (unsigned long long)op.seq).c_str(),
-                 op.peer, op.bytes, static_cast<void*>(op.buf));
+                 receiveName(op).c_str(), op.peer, op.bytes, static_cast<void*>(op.buf));
     while (op.done < op.chunks) {
       uint64_t head = ch.head.load(std::memory_order_relaxed);  // written only by this rank
       if (head == ch.tail.load(std::memory_order_acquire)) break;
@@ -106,9 +109,7 @@ bool progressShm(P2pOp& op, bool receiving) {
       if (ch.msgBytes[i] != op.bytes)
         ACCL_THROW(acclRemoteError, "%s expects %zu bytes from rank %d, which sent a message of "
                    "%llu bytes: sends and receives do not match",
-                   op.internal ? "a receive" : format("acclRecv #%llu",
-                                                      (unsigned long long)op.seq).c_str(),
-                   op.bytes, op.peer, (unsigned long long)ch.msgBytes[i]);
+                   receiveName(op).c_str(), op.bytes, op.peer, (unsigned long long)ch.msgBytes[i]);
       size_t off = op.done * cb;
       memcpy(op.buf + off, c.channelBuf(op.local, me, i), std::min(cb, op.bytes - off));
       ch.head.store(head + 1, std::memory_order_release);

@@ -454,6 +454,12 @@ void ShmComm::cmaRead(int r, void* local, uint64_t remote, size_t bytes) const {
   cmaCopy(r, local, remote, bytes, false, mapped(r, remote, bytes));
 }
 
+const char* ShmComm::readIn(int r, uint64_t remote, size_t bytes, char* buf) const {
+  if (const char* there = mapped(r, remote, bytes)) return there;
+  cmaCopy(r, buf, remote, bytes, false, nullptr);
+  return buf;
+}
+
 void ShmComm::cmaWrite(int r, uint64_t remote, const void* local, size_t bytes) const {
   cmaCopy(r, const_cast<void*>(local), remote, bytes, true, mapped(r, remote, bytes));
 }

@@ -203,9 +203,9 @@ class ShmComm {
   // nothing of it.
   void postWrite(int r, const HostRegion& region, uint64_t remote, const void* local,
                  size_t bytes) const;
-  // [remote, remote + bytes) of rank r mapped into this process, where it lies in shared host
-  // memory that r published for this operation; nullptr otherwise.
-  char* mapped(int r, uint64_t remote, size_t bytes) const;
+  // [remote, remote + bytes) of rank r where this process can read it: r's shared host memory
+  // mapped here, or else `buf`, into which it is copied (as cmaRead).
+  const char* readIn(int r, uint64_t remote, size_t bytes, char* buf) const;
   // Single-copy reductions: a private buffer of cmaChunkBytes() per peer, and one for this
   // rank's sums where its output is not used (reduce), allocated at first use. 512 KiB chunks
   // measured best at 2 ranks (128 KiB: 1.2-1.4x slower from 4 MiB up); with many ranks they
@@ -248,6 +248,9 @@ class ShmComm {
   void cmaCopy(int r, void* local, uint64_t remote, size_t bytes, bool write, char* there) const;
   // [remote, remote + bytes) of rank r's region h mapped here, or nullptr.
   char* mappedIn(int r, const HostRegion& h, uint64_t remote, size_t bytes) const;
+  // [remote, remote + bytes) of rank r mapped here, where it lies in shared host memory that r
+  // published for this operation; nullptr otherwise.
+  char* mapped(int r, uint64_t remote, size_t bytes) const;
   char* mapRegion(int r, const HostRegion& h) const;
   // Waits until rank `only` (-1: every rank) has arrived at `epoch`.
   void waitRanks(int only, uint64_t epoch);

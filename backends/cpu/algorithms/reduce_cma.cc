@@ -59,12 +59,8 @@ void reduceRange(ShmComm& c, const CollArgs& a, size_t from, size_t len, char* o
       const int q = (me + i) % n;
       // One pass keeps every peer's chunk; otherwise each is added before the next is read.
       // A peer's input in shared host memory is reduced where it lies.
-      const char* in = c.mapped(q, c.peer(q).sendAddr + at, k * es);
-      if (!in) {
-        char* buf = i == 1 && !inPlace ? dst : scratch + (onePass ? i - 1 : 0) * c.cmaChunkBytes();
-        c.cmaRead(q, buf, c.peer(q).sendAddr + at, k * es);
-        in = buf;
-      }
+      char* buf = i == 1 && !inPlace ? dst : scratch + (onePass ? i - 1 : 0) * c.cmaChunkBytes();
+      const char* in = c.readIn(q, c.peer(q).sendAddr + at, k * es, buf);
       srcs[i] = in;
       if (onePass) continue;
       const void* two[2] = {i == 1 ? send + at : dst, in};
