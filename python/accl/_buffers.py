@@ -77,7 +77,7 @@ def wire(dtype: int) -> int:
 
 def block(view: Any, start: int, stop: int) -> Any:
     """Elements [start, stop) of a contiguous array or tensor, as a view of it."""
-    return view.reshape(-1)[start:stop]
+    return (view if view.ndim == 1 else view.reshape(-1))[start:stop]  # reshape: 0.15 us
 
 
 def _to_ndarray(x: Any, name: str) -> np.ndarray:

@@ -312,12 +312,12 @@ class Communicator:
 
     def all_reduce(self, x: Any, op: int = t.SUM, out: Any = None) -> Any:
         """out (default x) = op over ranks of x, elementwise."""
+        # Plain numpy arrays outside a group (which keeps its calls' buffers alive) are checked
+        # and taken in C++ (_accl.*_arrays); anything else is checked here.
+        if not _group.depth and _accl.all_reduce_arrays(self._comm, x, out, op):
+            return x if out is None else out
         comm = self._live()
         res = x if out is None else out
-        # Plain numpy arrays outside a group (which keeps them alive): checked in C++.
-        if (type(x) is np.ndarray and type(res) is np.ndarray and type(op) is int
-                and not _group.depth and comm.all_reduce_arrays(x, res, op)):
-            return res
         if out is None:
             xv, xp, n, dt = _inplace(x, "x")
             ov, op_ = xv, xp
@@ -332,6 +332,8 @@ class Communicator:
 
     def broadcast(self, x: Any, root: int = 0, out: Any = None) -> Any:
         """Copies the root's x into x (default) or out on every rank; x is read only at root."""
+        if not _group.depth and _accl.broadcast_arrays(self._comm, x, out, root):
+            return x if out is None else out
         comm = self._live()
         self._check_rank(root, "root")
         if out is None:
@@ -354,6 +356,8 @@ class Communicator:
 
     def reduce(self, x: Any, root: int = 0, op: int = t.SUM, out: Any = None) -> Any:
         """At root, out (default x) = op over ranks of x; other ranks return None."""
+        if not _group.depth and _accl.reduce_arrays(self._comm, x, out, op, root):
+            return None if self._rank != root else x if out is None else out
         comm = self._live()
         self._check_rank(root, "root")
         if self._rank != root:
@@ -380,6 +384,8 @@ class Communicator:
         In place, x holds size blocks of k and block ``rank`` is the contribution; with out=,
         x is the contribution and out holds size * k elements.
         """
+        if not _group.depth and _accl.all_gather_arrays(self._comm, x, out):
+            return x if out is None else out
         comm = self._live()
         if out is None:
             xv, op_, n, dt = _inplace(x, "x")
@@ -402,6 +408,11 @@ class Communicator:
         In place, the result lands in block ``rank`` of x and a view of that block is returned;
         with out=, out has k elements.
         """
+        if not _group.depth and _accl.reduce_scatter_arrays(self._comm, x, out, op):
+            if out is not None:
+                return out
+            k = x.size // self._size
+            return block(x, self._rank * k, self._rank * k + k)
         comm = self._live()
         if out is None:
             xv, xp, n, dt = _inplace(x, "x")

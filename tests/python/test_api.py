@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import accl
+from accl import _accl
 from accl import comm as comm_module
 
 
@@ -30,27 +31,48 @@ def test_one_rank_communicator():
     assert repr(c).endswith("destroyed>")
 
 
-def test_all_reduce_arrays_takes_plain_arrays_only():
-    """Comm.all_reduce_arrays, all_reduce's C++ path, takes every numeric numpy dtype as it is
-    and declines (False, nothing done) what the Python layer must convert or report."""
+def test_arrays_functions_take_plain_arrays_only():
+    """The C++ paths of the Python API's NCCL collectives (_accl.*_arrays) take every numeric
+    numpy dtype as it is, in place (out None) and out of place, and decline (False, nothing
+    done) what the Python layer must convert or report."""
     with accl.Communicator(accl.get_unique_id(), 0, 1) as c:
         live = c._live()
-        for dt in (np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.longlong,
-                   np.ulonglong, np.float16, np.float32, np.float64):
-            x, out = np.arange(5, dtype=dt), np.zeros(5, dt)
-            assert live.all_reduce_arrays(x, out, accl.SUM) is True, dt
-            assert (out == x).all() and live.all_reduce_arrays(x, x, accl.MAX) is True
-        x = np.ones(4, np.float32)
-        ro = x.copy()
-        ro.flags.writeable = False
-        for a, b in [(np.ones(4, bool), np.ones(4, bool)), (x, np.ones(4)),
-                     (x, np.ones(3, x.dtype)), (x, ro), (np.ones(8, np.float32)[::2], x),
-                     (np.ones(4, ">f4"), x), (np.ones(4, np.int16), np.ones(4, np.int16)),
-                     ([1.0] * 4, x)]:
-            before = b.copy() if isinstance(b, np.ndarray) else None
-            assert live.all_reduce_arrays(a, b, accl.SUM) is False
-            assert before is None or (b == before).all()
-        assert live.all_reduce_arrays(ro, x, accl.SUM) is True  # a read-only input is fine
+        calls = {  # in each, the op is SUM and the root 0
+            "all_reduce": lambda x, out: _accl.all_reduce_arrays(live, x, out, accl.SUM),
+            "broadcast": lambda x, out: _accl.broadcast_arrays(live, x, out, 0),
+            "reduce": lambda x, out: _accl.reduce_arrays(live, x, out, accl.SUM, 0),
+            "all_gather": lambda x, out: _accl.all_gather_arrays(live, x, out),
+            "reduce_scatter": lambda x, out: _accl.reduce_scatter_arrays(live, x, out, accl.SUM),
+        }
+        for name, call in calls.items():
+            for dt in (np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.longlong,
+                       np.ulonglong, np.float16, np.float32, np.float64):
+                x, out = np.arange(5, dtype=dt), np.zeros(5, dt)
+                assert call(x, out) is True and (out == x).all(), (name, dt)
+                assert call(out, None) is True and (out == x).all(), (name, dt)
+            x = np.ones(4, np.float32)
+            ro = x.copy()
+            ro.flags.writeable = False
+            for a, b in [(np.ones(4, bool), np.zeros(4, bool)), (x, np.zeros(4)),
+                         (x, np.zeros(3, x.dtype)), (x, ro), (np.ones(8, np.float32)[::2], x),
+                         (np.ones(4, ">f4"), x), (np.ones(4, np.int16), np.zeros(4, np.int16)),
+                         ([1.0] * 4, x), (x, [0.0] * 4), (x.view(np.matrix), x), (ro, None)]:
+                before = b.copy() if isinstance(b, np.ndarray) else None
+                assert call(a, b) is False, (name, a, b)
+                assert before is None or (b == before).all(), name
+            assert call(ro, x) is True, name  # a read-only input is fine
+        x, out = np.ones(4, np.float32), np.zeros(4, np.float32)
+        for declined in (lambda: _accl.all_reduce_arrays(None, x, out, accl.SUM),  # destroyed
+                         lambda: _accl.all_reduce_arrays(live, x, out, np.int64(0)),
+                         lambda: _accl.all_reduce_arrays(live, x, out, 1 << 40),
+                         lambda: _accl.broadcast_arrays(live, x, out, 1),  # a bad root
+                         lambda: _accl.broadcast_arrays(live, x, out, True),
+                         lambda: _accl.reduce_arrays(live, x, out, accl.SUM, -1)):
+            assert declined() is False and (out == 0).all()
+        with pytest.raises(accl.InvalidArgumentError):  # an op only the C core checks
+            _accl.all_reduce_arrays(live, x, out, 17)
+        with pytest.raises(TypeError):
+            _accl.all_gather_arrays(live, x)
 
 
 def test_group_ends_when_its_body_raises():

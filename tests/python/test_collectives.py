@@ -68,8 +68,8 @@ def reference(v, op, dtype):
 
 
 class _Checked(np.ndarray):
-    """An ndarray subclass: all_reduce checks it in Python, where it checks plain numpy arrays
-    in C++ (Comm.all_reduce_arrays); both paths must give the same result."""
+    """An ndarray subclass: NCCL's collectives check it in Python, where they check plain numpy
+    arrays in C++ (_accl.*_arrays); both paths must give the same result."""
 
 
 def _reducing(comm, dt, count, op, seed, cases):
@@ -115,6 +115,11 @@ def _reducing(comm, dt, count, op, seed, cases):
         check_array(out, want, f"reduce {name} root {root}", rtol)
     else:
         check(res is None and (out == fill).all(), "reduce leaves out alone off the root")
+    out = fill.copy().view(_Checked)
+    res = comm.reduce(v[r].astype(dt).view(_Checked), root=root, op=op, out=out)
+    if r == root:
+        check(res is out, "reduce returns out at root (checked in Python)")
+        check_array(out, want, f"reduce {name} root {root} (checked in Python)", rtol)
 
     vs = inputs(dt, op, n, n * count, seed)
     want_all, rtol = reference(vs, op, dt)
@@ -126,13 +131,15 @@ def _reducing(comm, dt, count, op, seed, cases):
         check(res.__array_interface__["data"][0] == x[r * count:].__array_interface__["data"][0],
               "reduce_scatter in place returns a view of block `rank` of x")
     check_array(res, want, f"reduce_scatter in place {name}", rtol)
+    res = comm.reduce_scatter(vs[r].astype(dt).view(_Checked), op=op)
+    check_array(res, want, f"reduce_scatter in place {name} (checked in Python)", rtol)
 
     x = vs[r].astype(dt)
     out = fill.copy()
     res = comm.reduce_scatter(x, op=op, out=out)
     check(res is out, "reduce_scatter returns out")
     check_array(out, want, f"reduce_scatter {name}", rtol)
-    cases[0] += 7
+    cases[0] += 9
 
 
 def _moving(comm, dt, count, seed, cases):
@@ -153,6 +160,10 @@ def _moving(comm, dt, count, seed, cases):
     check(res is out, "broadcast returns out")
     check_array(out, v[root, :count], f"broadcast {name} root {root}")
     check_array(src, v[r, :count], f"broadcast {name} leaves x alone")
+    out = np.full(count, sentinel, dt).view(_Checked)
+    check(comm.broadcast(src.view(_Checked), root=root, out=out) is out,
+          "broadcast returns out (checked in Python)")
+    check_array(out, v[root, :count], f"broadcast {name} root {root} (checked in Python)")
 
     buf = np.full(n * count, sentinel, dt)
     buf[r * count:(r + 1) * count] = blocks[r, 0]
@@ -162,6 +173,10 @@ def _moving(comm, dt, count, seed, cases):
     out = np.full(n * count, sentinel, dt)
     check(comm.all_gather(x, out=out) is out, "all_gather returns out")
     check_array(out, blocks[:, 0], f"all_gather {name}")
+    buf = np.full(n * count, sentinel, dt).view(_Checked)
+    buf[r * count:(r + 1) * count] = blocks[r, 0]
+    check(comm.all_gather(buf) is buf, "all_gather in place returns x (checked in Python)")
+    check_array(buf, blocks[:, 0], f"all_gather in place {name} (checked in Python)")
 
     x = v[r].copy()
     check(comm.all_to_all(x) is x, "all_to_all in place returns x")
@@ -203,7 +218,7 @@ def _moving(comm, dt, count, seed, cases):
     res = comm.scatter(v[root].copy() if r == root else None, root=root, out=out)
     check(res is out, "scatter returns out")
     check_array(out, blocks[root, r], f"scatter {name} root {root}")
-    cases[0] += 10
+    cases[0] += 12
 
 
 def collectives_worker(comm, dtypes=DTYPES, counts=COUNTS):
