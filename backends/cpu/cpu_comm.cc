@@ -51,6 +51,7 @@ const Named kNamed[] = {
     {"reducescatter:cma", kReduceScatter, onShm<reduceScatterCma>, true},
     {"broadcast:direct", kBroadcast, onShm<broadcastDirect>, true},
     {"broadcast:cma", kBroadcast, onShm<broadcastCma>, true},
+    {"reduce:direct", kReduce, onShm<reduceDirect>, true},
     {"reduce:split", kReduce, onShm<reduceSplit>, true},
     {"reduce:cma", kReduce, onShm<reduceCma>, true},
     {"alltoall:direct", kAlltoAll, onShm<alltoAllDirect>, true},

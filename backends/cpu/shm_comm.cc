@@ -86,7 +86,7 @@ bool cmaCrossovers(size_t* min, bool oversubscribed) {
   min[kAllGather] = (oversubscribed ? 32 : 8) << 10;
   min[kReduceScatter] = (oversubscribed ? 64 : 16) << 10;
   min[kBroadcast] = (oversubscribed ? 256 : 16) << 10;
-  min[kReduce] = (oversubscribed ? 16 : 8) << 10;
+  min[kReduce] = (oversubscribed ? 32 : 64) << 10;
   min[kAlltoAll] = (oversubscribed ? 32 : 16) << 10;
   min[kGather] = (oversubscribed ? 32 : 16) << 10;
   min[kScatter] = (oversubscribed ? 32 : 16) << 10;

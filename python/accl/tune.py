@@ -44,7 +44,7 @@ CANDIDATES = [
     ("all_gather", "allgather", ("direct", "cma")),
     ("reduce_scatter", "reducescatter", ("direct", "cma")),
     ("broadcast", "broadcast", ("direct", "cma")),
-    ("reduce", "reduce", ("split", "cma")),
+    ("reduce", "reduce", ("direct", "cma")),
     ("alltoall", "alltoall", ("direct", "cma")),
     ("gather", "gather", ("direct", "cma")),
     ("scatter", "scatter", ("direct", "cma")),

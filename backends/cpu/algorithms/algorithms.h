@@ -32,6 +32,8 @@ void allReduceSplit(ShmComm& c, const CollArgs& a);
 // their outputs directly (single copy; ShmComm::cma).
 void allReduceCma(ShmComm& c, const CollArgs& a);
 void reduceSplit(ShmComm& c, const CollArgs& a);
+// direct: the root reduces every rank's slot; the others only copy into theirs (half a barrier).
+void reduceDirect(ShmComm& c, const CollArgs& a);
 // cma: as all-reduce cma, each rank writing its reduced part into the root's output only.
 void reduceCma(ShmComm& c, const CollArgs& a);
 // Single copy (cross-memory attach, ShmComm::cma): ranks read each other's buffers directly.

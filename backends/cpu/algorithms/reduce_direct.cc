@@ -1,0 +1,34 @@
+// Reduce, direct: per step, every rank but the root copies its chunk into its slot and arrives;
+// the root waits for them and reduces the slots, with its own input in place of its slot, into
+// its output. The others do not wait: before a rank writes the same slot set again, two steps
+// on, it waits until every rank has arrived at the step in between (ShmComm::nextSet), which the
+// root does only after reading. Half a barrier per step: the choice for small messages.
+#include <algorithm>
+
+#include "algorithms/algorithms.h"
+#include "reduce.h"
+#include "types.h"
+
+namespace accl {
+namespace cpu {
+
+void reduceDirect(ShmComm& c, const CollArgs& a) {
+  const size_t es = typeSize(a.type), chunk = c.slotBytes() / es;
+  const int n = c.nranks(), me = c.rank();
+  const void** srcs = c.sources();
+  for (size_t off = 0; off < a.count; off += chunk) {
+    size_t len = std::min(chunk, a.count - off);
+    int set = c.nextSet();
+    const char* mine = static_cast<const char*>(a.send) + off * es;
+    if (me != a.root) copyToSlot(c.slot(set, me), mine, len * es);
+    c.arrive();
+    if (me != a.root) continue;
+    c.waitAll();
+    for (int r = 0; r < n; ++r) srcs[r] = c.slot(set, r);
+    srcs[me] = mine;
+    reduce(static_cast<char*>(a.recv) + off * es, srcs, n, len, a.type, a.op);
+  }
+}
+
+}  // namespace cpu
+}  // namespace accl
