@@ -207,13 +207,13 @@ class ShmComm {
   // mapped here, or else `buf`, into which it is copied (as cmaRead).
   const char* readIn(int r, uint64_t remote, size_t bytes, char* buf) const;
   // Single-copy reductions: a private buffer of cmaChunkBytes() per peer, and one for this
-  // rank's sums where its output is not used (reduce), allocated at first use. 512 KiB chunks
-  // measured best at 2 ranks (128 KiB: 1.2-1.4x slower from 4 MiB up); with many ranks they
-  // shrink so that the buffers stay within 2 MiB.
+  // rank's sums where its output is not used (reduce), allocated at first use. 1 MiB chunks
+  // measured best at 2 ranks on huge pages (docs/algorithms.md); with many ranks they shrink
+  // so that the buffers stay within 2 MiB.
   // A multiple of 4 KiB, so every peer's buffer is aligned for any type (2 MiB / 7 is odd).
   size_t cmaChunkBytes() const {
     size_t b = std::max<size_t>(64 << 10,
-                                std::min<size_t>(512 << 10, (2 << 20) / std::max(1, nranks_ - 1)));
+                                std::min<size_t>(1 << 20, (2 << 20) / std::max(1, nranks_ - 1)));
     return b / 4096 * 4096;
   }
   // The buffers start at the same offset within a 4 KiB page as `out`, which the chunks are
