@@ -4,9 +4,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <iterator>
 #include <optional>
 #include <string>
 
@@ -27,7 +29,7 @@ void check(acclResult_t r) {
 }
 
 // Sets the accl.errors exception for a failed call.
-void raise(const CallError& e) {
+void setError(const CallError& e) {
   py::object cls = py::module_::import("accl.errors").attr("from_code")(int(e.code));
   PyErr_SetObject(cls.ptr(), py::str(e.message).ptr());
 }
@@ -118,9 +120,13 @@ class Comm {
       r = acclCommInitRankConfig(&comm_, size, id, rank, &cfg);
     }
     check(r);
+    me_ = rank;
+    n_ = size;
   }
-  explicit Comm(acclComm_t c) : comm_(c) {}
-  Comm(Comm&& o) noexcept : comm_(o.comm_), released_(o.released_) { o.comm_ = nullptr; }
+  explicit Comm(acclComm_t c) : comm_(c), me_(rank()), n_(size()) {}
+  Comm(Comm&& o) noexcept : comm_(o.comm_), released_(o.released_), me_(o.me_), n_(o.n_) {
+    o.comm_ = nullptr;
+  }
   Comm(const Comm&) = delete;
   ~Comm() {
     // A communicator the program forgot is freed locally, as acclCommDestroy does.
@@ -152,18 +158,21 @@ class Comm {
   // else (a bad root included): the Python layer then checks the arguments and names what is
   // wrong.
   bool allReduceArrays(py::handle x, py::handle out, int op) {
-    ArrayView in(x, PyBUF_SIMPLE), res(out.is_none() ? x : out, PyBUF_WRITABLE);
-    if (!same(in, res)) return false;
+    // In place the one view serves as both (one buffer request, not two, on this hot path).
+    ArrayView res(out.is_none() ? x : out, PyBUF_WRITABLE);
+    ArrayView in(out.is_none() ? py::none() : x, PyBUF_SIMPLE);
+    const ArrayView& src = out.is_none() ? res : in;
+    if (!same(src, res)) return false;
     return run([&] {
-      return acclAllReduce(in.data(), res.data(), in.count(), in.dtype(), acclRedOp_t(op), comm_,
-                           nullptr);
+      return acclAllReduce(src.data(), res.data(), res.count(), res.dtype(), acclRedOp_t(op),
+                           comm_, nullptr);
     });
   }
   bool broadcastArrays(py::handle x, py::handle out, int root) {
     // Off the root (and in place) x is not read: NCCL's sendbuff == recvbuff.
     ArrayView res(out.is_none() ? x : out, PyBUF_WRITABLE);
-    if (res.type() < 0 || root < 0 || root >= size()) return false;
-    const bool reads = !out.is_none() && rank() == root;
+    if (res.type() < 0 || root < 0 || root >= n_) return false;
+    const bool reads = !out.is_none() && me_ == root;
     ArrayView in(reads ? x : py::none(), PyBUF_SIMPLE);
     if (reads && !same(in, res)) return false;
     return run([&] {
@@ -173,8 +182,8 @@ class Comm {
   }
   bool reduceArrays(py::handle x, py::handle out, int op, int root) {
     // Off the root the output is not used (NCCL's recvbuff), so out is not looked at.
-    if (root < 0 || root >= size()) return false;
-    const bool atRoot = rank() == root;
+    if (root < 0 || root >= n_) return false;
+    const bool atRoot = me_ == root;
     ArrayView in(x, atRoot && out.is_none() ? PyBUF_WRITABLE : PyBUF_SIMPLE);
     ArrayView res(atRoot && !out.is_none() ? out : py::none(), PyBUF_WRITABLE);
     if (in.type() < 0 || (atRoot && !out.is_none() && !same(in, res))) return false;
@@ -185,13 +194,13 @@ class Comm {
     });
   }
   bool allGatherArrays(py::handle x, py::handle out) {
-    const size_t n = size_t(size());
+    const size_t n = size_t(n_);
     if (out.is_none()) {  // x holds n blocks; block `rank` is this rank's
       ArrayView buf(x, PyBUF_WRITABLE);
       if (buf.type() < 0 || buf.count() % n) return false;
       const size_t k = buf.count() / n;
       return run([&] {
-        return acclAllGather(buf.at(rank() * k), buf.data(), k, buf.dtype(), comm_, nullptr);
+        return acclAllGather(buf.at(me_ * k), buf.data(), k, buf.dtype(), comm_, nullptr);
       });
     }
     ArrayView in(x, PyBUF_SIMPLE), res(out, PyBUF_WRITABLE);
@@ -201,13 +210,13 @@ class Comm {
     });
   }
   bool reduceScatterArrays(py::handle x, py::handle out, int op) {
-    const size_t n = size_t(size());
+    const size_t n = size_t(n_);
     ArrayView in(x, out.is_none() ? PyBUF_WRITABLE : PyBUF_SIMPLE);
     ArrayView res(out, PyBUF_WRITABLE);
     if (in.type() < 0 || in.count() % n) return false;
     const size_t k = in.count() / n;  // in place the result lands in block `rank` of x
     if (!out.is_none() && (res.type() != in.type() || res.count() != k)) return false;
-    void* recv = out.is_none() ? in.at(rank() * k) : res.data();
+    void* recv = out.is_none() ? in.at(me_ * k) : res.data();
     return run([&] {
       return acclReduceScatter(in.data(), recv, k, in.dtype(), acclRedOp_t(op), comm_, nullptr);
     });
@@ -280,27 +289,34 @@ class Comm {
   // Back-to-back calls timed here, so the figure holds no Python overhead.
   double timeOp(const std::string& name, uintptr_t s, uintptr_t r, size_t n, int t, int op,
                 int root, int iters) {
-    int me = rank(), nr = size();
-    auto once = [&]() -> acclResult_t {
-      acclDataType_t dt = acclDataType_t(t);
-      acclRedOp_t o = acclRedOp_t(op);
-      if (name == "all_reduce") return acclAllReduce(ptr(s), ptr(r), n, dt, o, comm_, nullptr);
-      if (name == "all_gather") return acclAllGather(ptr(s), ptr(r), n, dt, comm_, nullptr);
-      if (name == "reduce_scatter")
-        return acclReduceScatter(ptr(s), ptr(r), n, dt, o, comm_, nullptr);
-      if (name == "broadcast") return acclBroadcast(ptr(s), ptr(r), n, dt, root, comm_, nullptr);
-      if (name == "reduce") return acclReduce(ptr(s), ptr(r), n, dt, o, root, comm_, nullptr);
-      if (name == "alltoall") return acclAlltoAll(ptr(s), ptr(r), n, dt, comm_, nullptr);
-      if (name == "gather") return acclGather(ptr(s), ptr(r), n, dt, root, comm_, nullptr);
-      if (name == "scatter") return acclScatter(ptr(s), ptr(r), n, dt, root, comm_, nullptr);
-      if (name == "sendrecv") {
-        check(acclGroupStart());
-        acclResult_t rs = acclSend(ptr(s), n, dt, (me + 1) % nr, comm_, nullptr);
-        acclResult_t rr = rs ? rs : acclRecv(ptr(r), n, dt, (me + nr - 1) % nr, comm_, nullptr);
-        acclResult_t re = acclGroupEnd();  // always closes the group, even after an error
-        return rr ? rr : re;
-      }
+    // The collective is looked up once: a comparison of names per call would be timed too.
+    static const char* const kNames[] = {"all_reduce", "all_gather", "reduce_scatter",
+                                         "broadcast",  "reduce",     "alltoall",
+                                         "gather",     "scatter",    "sendrecv"};
+    const int which = int(std::find(std::begin(kNames), std::end(kNames), name) - kNames);
+    if (which == int(std::size(kNames)))
       throw CallError{acclInvalidArgument, "time_op: unknown collective '" + name + "'"};
+    void *sp = ptr(s), *rp = ptr(r);
+    const acclDataType_t dt = acclDataType_t(t);
+    const acclRedOp_t o = acclRedOp_t(op);
+    auto once = [&]() -> acclResult_t {
+      switch (which) {
+        case 0: return acclAllReduce(sp, rp, n, dt, o, comm_, nullptr);
+        case 1: return acclAllGather(sp, rp, n, dt, comm_, nullptr);
+        case 2: return acclReduceScatter(sp, rp, n, dt, o, comm_, nullptr);
+        case 3: return acclBroadcast(sp, rp, n, dt, root, comm_, nullptr);
+        case 4: return acclReduce(sp, rp, n, dt, o, root, comm_, nullptr);
+        case 5: return acclAlltoAll(sp, rp, n, dt, comm_, nullptr);
+        case 6: return acclGather(sp, rp, n, dt, root, comm_, nullptr);
+        case 7: return acclScatter(sp, rp, n, dt, root, comm_, nullptr);
+        default: {  // sendrecv: to the next rank, from the previous one
+          check(acclGroupStart());
+          acclResult_t rs = acclSend(sp, n, dt, (me_ + 1) % n_, comm_, nullptr);
+          acclResult_t rr = rs ? rs : acclRecv(rp, n, dt, (me_ + n_ - 1) % n_, comm_, nullptr);
+          acclResult_t re = acclGroupEnd();  // always closes the group, even after an error
+          return rr ? rr : re;
+        }
+      }
     };
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) check(once());
@@ -330,6 +346,10 @@ class Comm {
 
   acclComm_t comm_ = nullptr;
   bool released_ = false;
+  // This rank and the rank count, fixed for the communicator's life: the *_arrays calls read
+  // them here rather than through the C API, whose every call enters and leaves the
+  // communicator (two atomic updates).
+  int me_ = 0, n_ = 1;
 };
 
 // The Python API's calls on plain numpy arrays enter here, as raw CPython functions
@@ -361,7 +381,7 @@ PyObject* arraysCall(PyObject* const* args, Py_ssize_t nargs, F call) {
   try {
     return PyBool_FromLong(call(py::handle(args[0]).cast<Comm&>(), args[1], args[2], ints));
   } catch (const CallError& e) {
-    raise(e);
+    setError(e);
   } catch (py::error_already_set& e) {
     e.restore();
   } catch (const std::exception& e) {
@@ -401,7 +421,7 @@ PYBIND11_MODULE(_accl, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const CallError& e) {
-      raise(e);
+      setError(e);
     }
   });
 
