@@ -377,6 +377,17 @@ def host_memory_worker(comm):
     out = accl.host_empty((n, count), np.float32)
     comm.all_gather(x, out=out)
     check_array(out, np.stack([base + q for q in range(n)]), "all_gather into host memory")
+    # From a 4 MiB output a rank reads its peers' blocks, unless its output is host memory,
+    # into which they write theirs: both kinds of output in one call, in and out of place.
+    big = 1 << 20
+    want = np.stack([np.arange(big, dtype=np.float32) + q for q in range(n)])
+    out = accl.host_empty((n, big), np.float32) if r % 2 else np.empty((n, big), np.float32)
+    comm.all_gather(want[r].copy(), out=out)
+    check_array(out, want, "4 MiB-block all_gather, shared and private outputs")
+    out[:] = 0
+    out[r] = want[r]
+    comm.all_gather(out[r], out=out)
+    check_array(out, want, "in-place 4 MiB-block all_gather, shared and private outputs")
     private = base + r  # a peer's private input meets this rank's shared output
     y = accl.host_empty(count, np.float32)
     comm.all_reduce(private if r % 2 else x, out=y)
