@@ -203,6 +203,16 @@ class ShmComm {
   // nothing of it.
   void postWrite(int r, const HostRegion& region, uint64_t remote, const void* local,
                  size_t bytes) const;
+  // Whether rank r reads its peers' blocks of an output of `outBytes` in a single-copy
+  // all-gather or alltoall, rather than they write them into it. The kernel's copy into another
+  // process's pinned pages is slower than its copy out of them once the buffers outgrow the
+  // caches (docs/algorithms.md, "Pulling large blocks"), so large outputs are read, except where
+  // r's output is shared host memory, which its peers write with streaming stores. Every rank
+  // decides the same for each pair, from what r published.
+  static constexpr size_t kPullBytes = size_t(4) << 20;
+  bool pulls(int r, size_t outBytes) const {
+    return outBytes >= kPullBytes && !ctrl_[r].recvRegion.id;
+  }
   // [remote, remote + bytes) of rank r where this process can read it: r's shared host memory
   // mapped here, or else `buf`, into which it is copied (as cmaRead).
   const char* readIn(int r, uint64_t remote, size_t bytes, char* buf) const;

@@ -7,22 +7,18 @@
 // to whoever reads the output next, from the writer's cache: with a sum over the output after
 // each call, 0.64-1.01 at 64 KiB-1 MiB. perf/fresh_inputs.py times fresh against stale inputs.
 //
-// From 4 MiB, where fresh blocks no longer stay in the writer's cache, every rank reads the
-// peers' blocks into its own output instead (process_vm_readv): the kernel's copy into another
-// process's pinned pages is slower than its copy out of them once the buffers outgrow the caches
-// (one process, huge pages: 16 MiB written in 1154-1284 us, read in 656-757; in 256 KiB calls
-// alike), and pulling took the 2-rank in-place all-gather of 16-64 MiB from 0.6-0.9 of Open
-// MPI's speed, which pulls, to level with it (docs/algorithms.md). An output in shared host
-// memory mapped by its peers is still pushed, with streaming stores: 0.4-0.6 of the time of
-// pulling it with memcpy at 16-64 MiB.
+// From an output of 4 MiB, where fresh blocks no longer stay in the writer's cache, every rank
+// reads the peers' blocks into its own output instead (ShmComm::pulls): that took the 2-rank
+// in-place all-gather of 16-64 MiB from 0.6-0.9 of Open MPI's speed, which pulls, to level with
+// it (docs/algorithms.md, "Pulling large blocks"). An output in shared host memory is still
+// written by its peers, with streaming stores: 0.4-0.6 of the time of pulling it with memcpy at
+// 16-64 MiB.
 #include "algorithms/algorithms.h"
 #include "reduce.h"
 #include "types.h"
 
 namespace accl {
 namespace cpu {
-
-constexpr size_t kAllGatherPullBytes = size_t(4) << 20;  // of the whole output
 
 void allGatherCma(ShmComm& c, const CollArgs& a) {
   const int n = c.nranks(), me = c.rank();
@@ -32,14 +28,10 @@ void allGatherCma(ShmComm& c, const CollArgs& a) {
   c.barrier();
   // The own block first; copying it after the pushes measured level (0.91-1.07 at 256 KiB-64 MiB).
   if (a.send != recv + me * bytes) copyUncached(recv + me * bytes, a.send, bytes);
-  // Whether rank r reads its peers' blocks; if not, they write theirs into its output. Every
-  // rank decides the same for each pair from what the pair published.
-  const bool large = n * bytes >= kAllGatherPullBytes;
-  auto pulls = [&](int r) { return large && !c.peer(r).recvRegion.id; };
   for (int q = 0; q < n; ++q) {
     if (q == me) continue;
-    if (pulls(me)) c.cmaRead(q, recv + q * bytes, c.peer(q).sendAddr, bytes);
-    if (!pulls(q)) c.cmaWrite(q, c.peer(q).recvAddr + me * bytes, a.send, bytes);
+    if (c.pulls(me, n * bytes)) c.cmaRead(q, recv + q * bytes, c.peer(q).sendAddr, bytes);
+    if (!c.pulls(q, n * bytes)) c.cmaWrite(q, c.peer(q).recvAddr + me * bytes, a.send, bytes);
   }
   c.barrier();  // every block has arrived
 }
