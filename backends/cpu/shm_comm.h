@@ -60,19 +60,25 @@ struct alignas(64) RankCtrl {
   HostRegion sendRegion, recvRegion;
 };
 
-// Set in ChannelCtrl::written with m + 1: the sender could not write message m single copy.
-constexpr uint64_t kWriteFailed = uint64_t(1) << 63;
+// Set in ChannelCtrl::written with m + 1: the sender could not write message m single copy
+// (in ChannelCtrl::taken: the receiver could not read it).
+constexpr uint64_t kCopyFailed = uint64_t(1) << 63;
+// Set in ChannelCtrl::written with m + 1: message m waits at offerAddr for the receiver to read
+// it (a large message into private memory; ShmComm::pulls says why).
+constexpr uint64_t kOffered = uint64_t(1) << 62;
 
 // A send/recv channel (one per ordered pair of ranks). A message travels in chunks through the
 // channel's buffers, or, single copy, straight from the sender's buffer into the receiver's:
 // the receiver posts where it waits for message m (messages are counted on each side, from 0),
-// and a sender that finds that post when it starts message m writes there and says so.
+// and a sender that finds that post when it starts message m writes there and says so, or, for
+// a large message, offers its own buffer, which the receiver reads.
 // Each line is written by one side only; a small message moves the sender's line and the data
 // one way and the head back.
 struct alignas(64) ChannelCtrl {
   alignas(64) std::atomic<uint64_t> tail;  // chunks written by the sender
   std::atomic<uint64_t> written;           // m + 1: message m was written single copy (or
-                                           // m + 1 | kWriteFailed: it could not be)
+                                           // m + 1 | kCopyFailed: it could not be; m + 1 |
+  uint64_t offerAddr;                      // kOffered: it waits at offerAddr)
   // Total bytes of the message each buffered chunk belongs to, so a mismatched send/recv pair
   // is reported instead of silently misread. Written before `tail` is released.
   uint64_t msgBytes[kP2pBufs];
@@ -81,6 +87,8 @@ struct alignas(64) ChannelCtrl {
   alignas(64) std::atomic<uint64_t> posted;  // m + 1: the receiver waits for message m at
   uint64_t postAddr, postBytes;              // this address, for this many bytes,
   HostRegion postRegion;                     // in this shared host memory (id 0: none)
+  std::atomic<uint64_t> taken;               // m + 1: offered message m was read (or m + 1 |
+                                             // kCopyFailed: it could not be)
 };
 
 struct ShmHeader {
@@ -203,15 +211,22 @@ class ShmComm {
   // nothing of it.
   void postWrite(int r, const HostRegion& region, uint64_t remote, const void* local,
                  size_t bytes) const;
-  // Whether rank r reads its peers' blocks of an output of `outBytes` in a single-copy
-  // all-gather or alltoall, rather than they write them into it. The kernel's copy into another
-  // process's pinned pages is slower than its copy out of them once the buffers outgrow the
-  // caches (docs/algorithms.md, "Pulling large blocks"), so large outputs are read, except where
-  // r's output is shared host memory, which its peers write with streaming stores. Every rank
-  // decides the same for each pair, from what r published.
+  // Whether the owner of an output of `bytes` in `region` (id 0: private memory) reads what it
+  // receives from its peers' buffers, rather than they write it there. The kernel's copy into
+  // another process's pinned pages is slower than its copy out of them once the buffers outgrow
+  // the caches (docs/algorithms.md, "Pulling large blocks"), so large outputs are read, except
+  // in shared host memory, which the peers write with streaming stores.
   static constexpr size_t kPullBytes = size_t(4) << 20;
-  bool pulls(int r, size_t outBytes) const {
-    return outBytes >= kPullBytes && !ctrl_[r].recvRegion.id;
+  static bool pullsInto(size_t bytes, const HostRegion& region) {
+    return bytes >= kPullBytes && !region.id;
+  }
+  // The same for rank r's output of a single-copy all-gather or alltoall, from what r
+  // published: every rank decides the same for each pair.
+  bool pulls(int r, size_t outBytes) const { return pullsInto(outBytes, ctrl_[r].recvRegion); }
+  // Copies `bytes` from address `remote` in rank r's process, which r offered for a message,
+  // to `local`, always by the kernel (r's published buffers say nothing of it).
+  void offerRead(int r, uint64_t remote, void* local, size_t bytes) const {
+    cmaCopy(r, local, remote, bytes, false, nullptr);
   }
   // [remote, remote + bytes) of rank r where this process can read it: r's shared host memory
   // mapped here, or else `buf`, into which it is copied (as cmaRead).

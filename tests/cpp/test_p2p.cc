@@ -234,9 +234,10 @@ TEST_CASE(sendrecv) {
       d.guardsOk("200 messages in one group");
     }
     // 13. In place: one buffer is sent to rank+1 and receives from rank-1 in one group. Below
-    //     the single-copy size, single copy within the channel's buffers, and beyond them; a
-    //     peer's data must not overwrite what this rank has yet to send.
-    for (size_t count : {size_t(4099), size_t(100003), size_t(1153433)}) {
+    //     the single-copy size, single copy within the channel's buffers, beyond them, and from
+    //     4 MiB, where the receiver reads the message; a peer's data must not overwrite what
+    //     this rank has yet to send.
+    for (size_t count : {size_t(4099), size_t(100003), size_t(1153433), size_t(5 << 20) + 3}) {
       std::string what = "send/recv in place in a group (" + std::to_string(count) + " bytes)";
       Msg b(count, acclUint8);
       fillPat(b.buf.data(), count, r, 180);
@@ -260,52 +261,76 @@ TEST_CASE(sendrecv) {
       ACCL_OK(acclRecv(d.buf.data(), count, acclUint8, prev, c.comm, nullptr));
       checkPat(d.buf.data(), count, prev, 190, 0, 1, what);
     }
+    // 15. A ring of 5 MiB messages, the receive posted first on even ranks: from 4 MiB the
+    //     receiver reads each message from the sender's buffer (ShmComm::pullsInto).
+    {
+      std::string what = "ring exchange of 5 MiB messages";
+      const size_t count = (size_t(5) << 20) / 4 + 1;
+      Msg s(count, acclInt32), d(count, acclInt32);
+      fillPat(s.buf.data(), s.bytes(), r, 200);
+      ACCL_OK(acclGroupStart());
+      if (r % 2 == 0) ACCL_OK(acclRecv(d.buf.data(), count, acclInt32, prev, c.comm, nullptr));
+      ACCL_OK(acclSend(s.buf.data(), count, acclInt32, next, c.comm, nullptr));
+      if (r % 2 == 1) ACCL_OK(acclRecv(d.buf.data(), count, acclInt32, prev, c.comm, nullptr));
+      ACCL_OK(acclGroupEnd());
+      checkPat(d.buf.data(), d.bytes(), prev, 200, 0, 4, what);
+      checkPat(s.buf.data(), s.bytes(), r, 200, 0, 4, what + " sendbuff");
+      d.buf.guardsOk(what);
+    }
     sanityAllReduce(c, "the point-to-point tests");
   });
   return ok ? 0 : 1;
 }
 
 // A receive buffer that cannot be written (read-only pages), in an exchange, so that the
-// peer's send goes single copy: the sender's kernel copy fails, and the receiver learns it at
-// once instead of waiting for its timeout.
+// peer's send goes single copy: the kernel copy fails, the sender's (1 MiB) or the receiver's
+// (8 MiB, read from the sender's buffer), and the other side learns it at once instead of
+// waiting for its timeout.
 TEST_CASE(p2p_bad_buffer) {
   RunOpts o;
   o.initComm = false;
+  o.extraIds = 1;  // a communicator for each size: a failed exchange may leave its channels
   bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
-    acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
-    cfg.timeout = 20.0;
-    acclComm_t comm = nullptr;
-    ACCL_OK(acclCommInitRankConfig(&comm, c.nranks, c.ids[0], c.rank, &cfg));
-    c.comm = comm;
-    sanityAllReduce(c, "init");
-    const size_t bytes = 1 << 20;
-    Buf s(bytes);
-    void* r = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    REQUIRE(r != MAP_FAILED);
-    if (c.rank == 1) mprotect(r, bytes, PROT_READ);
-    const int peer = 1 - c.rank;
-    double t0 = now();
-    ACCL_OK(acclGroupStart());
-    ACCL_OK(acclSend(s.data(), bytes, acclUint8, peer, comm, nullptr));
-    ACCL_OK(acclRecv(r, bytes, acclUint8, peer, comm, nullptr));
-    acclResult_t res = acclGroupEnd();
-    double el = now() - t0;
-    std::string msg = lastError();
-    note("an exchange into a read-only receive buffer on rank 1 returned " + resultName(res) +
-         ": " + msg);
-    CHECK_MSG(el < 10.0, "the failed exchange took " + std::to_string(el) + " s, a 20 s timeout");
-    if (c.rank == 0) {
-      CHECK_EQ(res, acclSystemError);
-      CHECK_MSG(msg.find("rank 1") != std::string::npos, "rank 0's error names rank 1: " + msg);
-    } else {
-      CHECK_EQ(res, acclRemoteError);
-      CHECK_MSG(msg.find("could not write") != std::string::npos && msg.find("rank 0") != std::string::npos,
-                "rank 1's error says rank 0 could not write: " + msg);
+    const size_t sizes[] = {size_t(1) << 20, size_t(8) << 20};
+    for (int k = 0; k < 2; ++k) {
+      const size_t bytes = sizes[k];
+      const bool pulled = bytes >= (size_t(4) << 20);  // then rank 1's own copy fails
+      acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
+      cfg.timeout = 20.0;
+      acclComm_t comm = nullptr;
+      ACCL_OK(acclCommInitRankConfig(&comm, c.nranks, c.ids[k], c.rank, &cfg));
+      c.comm = comm;
+      sanityAllReduce(c, "init");
+      Buf s(bytes);
+      void* r = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      REQUIRE(r != MAP_FAILED);
+      if (c.rank == 1) mprotect(r, bytes, PROT_READ);
+      const int peer = 1 - c.rank;
+      double t0 = now();
+      ACCL_OK(acclGroupStart());
+      ACCL_OK(acclSend(s.data(), bytes, acclUint8, peer, comm, nullptr));
+      ACCL_OK(acclRecv(r, bytes, acclUint8, peer, comm, nullptr));
+      acclResult_t res = acclGroupEnd();
+      double el = now() - t0;
+      std::string msg = lastError();
+      note("an exchange of " + std::to_string(bytes) + " bytes into a read-only receive buffer "
+           "on rank 1 returned " + resultName(res) + ": " + msg);
+      CHECK_MSG(el < 10.0, "the failed exchange took " + std::to_string(el) + " s, a 20 s timeout");
+      const std::string named = "rank " + std::to_string(peer);
+      if ((c.rank == 0) != pulled) {  // this rank's kernel copy failed
+        CHECK_EQ(res, acclSystemError);
+        CHECK_MSG(msg.find(named) != std::string::npos, "the error names the peer: " + msg);
+      } else {
+        const char* says = pulled ? "could not read" : "could not write";
+        CHECK_EQ(res, acclRemoteError);
+        CHECK_MSG(msg.find(says) != std::string::npos && msg.find(named) != std::string::npos,
+                  "the error says " + named + " " + says + ": " + msg);
+      }
+      munmap(r, bytes);
+      c.oobBarrier();
+      c.comm = nullptr;
+      CHECK_ACCL_OK(acclCommAbort(comm));
     }
-    munmap(r, bytes);
-    c.oobBarrier();
-    c.comm = nullptr;
-    CHECK_ACCL_OK(acclCommAbort(comm));
   }, o);
   return ok ? 0 : 1;
 }
