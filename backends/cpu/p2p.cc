@@ -40,6 +40,20 @@ std::string receiveName(const P2pOp& op) {
   return op.internal ? "a receive" : format("acclRecv #%llu", (unsigned long long)op.seq);
 }
 
+// Makes the single copy of message `op` (`copy`) and says in `flag` that it is done, or that it
+// failed: the peer waits for that flag and would otherwise wait until its timeout.
+template <class Copy>
+void singleCopy(P2pOp& op, std::atomic<uint64_t>& flag, Copy copy) {
+  try {
+    copy();
+  } catch (const Error&) {
+    flag.store((op.msg + 1) | kCopyFailed, std::memory_order_release);
+    throw;
+  }
+  flag.store(op.msg + 1, std::memory_order_release);
+  op.done = op.chunks;
+}
+
 // Moves as many chunks of `op` as its shared-memory channel allows without waiting; true if
 // any moved. `receiving`: a receive of the same set is not finished. `read`: a receive may read
 // a message offered to it now.
@@ -78,14 +92,8 @@ bool progressShm(P2pOp& op, bool receiving, bool read) {
           op.offered = true;
           return true;
         }
-        try {
-          c.postWrite(op.local, ch.postRegion, ch.postAddr, op.buf, op.bytes);
-        } catch (const Error&) {  // the receiver would wait for the message until its timeout
-          ch.written.store((op.msg + 1) | kCopyFailed, std::memory_order_release);
-          throw;
-        }
-        ch.written.store(op.msg + 1, std::memory_order_release);
-        op.done = op.chunks;
+        singleCopy(op, ch.written,
+                   [&] { c.postWrite(op.local, ch.postRegion, ch.postAddr, op.buf, op.bytes); });
         return true;
       }
       if (single && !posted && (receiving || op.bytes > kP2pBufs * cb)) return false;
@@ -119,14 +127,7 @@ bool progressShm(P2pOp& op, bool receiving, bool read) {
     }
     if (written == ((op.msg + 1) | kOffered)) {
       if (!read) return false;
-      try {
-        c.offerRead(op.local, ch.offerAddr, op.buf, op.bytes);
-      } catch (const Error&) {  // the sender would wait for its reader until its timeout
-        ch.taken.store((op.msg + 1) | kCopyFailed, std::memory_order_release);
-        throw;
-      }
-      ch.taken.store(op.msg + 1, std::memory_order_release);
-      op.done = op.chunks;
+      singleCopy(op, ch.taken, [&] { c.offerRead(op.local, ch.offerAddr, op.buf, op.bytes); });
       return true;
     }
     if (written == ((op.msg + 1) | kCopyFailed))
