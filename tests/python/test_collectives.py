@@ -280,6 +280,15 @@ def large_worker(comm):
     out = np.empty_like(x)
     comm.all_reduce(x, out=out, op=accl.MAX)
     check_array(out, np.minimum(i % 7 + n - 1, 6), "64 MiB all_reduce MAX")
+    # A gather in place of 5 MiB blocks: the root reads them from its peers.
+    block = (5 << 20) // 4
+    root = n - 1
+    g = np.zeros(n * block, np.float32)
+    base = (i[:block] % 1009).astype(np.float32)
+    g[r * block:(r + 1) * block] = base + r
+    comm.gather(g if r == root else g[r * block:(r + 1) * block], root=root)
+    if r == root:
+        check_array(g, np.concatenate([base + q for q in range(n)]), "5 MiB-block gather in place")
     return True
 
 
