@@ -17,7 +17,8 @@ void gatherCma(ShmComm& c, const CollArgs& a) {
   c.barrier();
   // A root in place has no block of its own to copy: it reads blocks of 4 MiB and more itself,
   // one after another (2 ranks, 32 MiB: 0.4 of the time of its peer writing; 4 ranks on the 2
-  // cores, 16-32 MiB: 0.4-1.0, and 1.3-2.7x at 4-8 MiB, where the peers write theirs at once).
+  // cores, 16-32 MiB: 0.4-0.8 in most runs, and 1.3-2.7x at 4-8 MiB, where the peers write
+  // theirs at once).
   const RankCtrl& root = c.peer(a.root);
   const bool pulled = root.sendAddr == root.recvAddr + a.root * bytes && c.pulls(a.root, bytes);
   if (me != a.root) {
