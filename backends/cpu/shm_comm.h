@@ -64,7 +64,7 @@ struct alignas(64) RankCtrl {
 // (in ChannelCtrl::taken: the receiver could not read it).
 constexpr uint64_t kCopyFailed = uint64_t(1) << 63;
 // Set in ChannelCtrl::written with m + 1: message m waits at offerAddr for the receiver to read
-// it (a large message into private memory; ShmComm::pulls says why).
+// it (a large message into private memory; ShmComm::pullsInto says why).
 constexpr uint64_t kOffered = uint64_t(1) << 62;
 
 // A send/recv channel (one per ordered pair of ranks). A message travels in chunks through the
@@ -220,9 +220,9 @@ class ShmComm {
   static bool pullsInto(size_t bytes, const HostRegion& region) {
     return bytes >= kPullBytes && !region.id;
   }
-  // The same for rank r's output of a single-copy all-gather or alltoall, from what r
-  // published: every rank decides the same for each pair.
-  bool pulls(int r, size_t outBytes) const { return pullsInto(outBytes, ctrl_[r].recvRegion); }
+  // The same for `bytes` of rank r's output in a single-copy collective, from what r published:
+  // every rank decides the same for each pair.
+  bool pulls(int r, size_t bytes) const { return pullsInto(bytes, ctrl_[r].recvRegion); }
   // Copies `bytes` from address `remote` in rank r's process, which r offered for a message,
   // to `local`, always by the kernel (r's published buffers say nothing of it).
   void offerRead(int r, uint64_t remote, void* local, size_t bytes) const {
