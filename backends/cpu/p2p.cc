@@ -157,16 +157,34 @@ bool progressShm(P2pOp& op, bool receiving, bool read) {
 // taken first: the receive's data may arrive, written by the peer, from the channel or from
 // the socket, before the send has taken all of its own. The steps of collectives never do
 // that; only the user's sends and receives are compared.
-void copyInPlaceSends(std::vector<P2pOp>& ops, std::vector<std::vector<char>>* copies) {
+void copyInPlaceSends(std::vector<P2pOp>& ops) {
+  // Each communicator's copies share its aside buffer: sized first, then cut up in order.
+  struct Aside {
+    ShmComm* shm;
+    size_t bytes;
+    char* next;
+  };
+  std::vector<Aside> asides;
+  auto asideOf = [&](P2pOp& s) -> Aside& {
+    for (Aside& x : asides)
+      if (x.shm == &s.comm->shm()) return x;
+    return asides.emplace_back(Aside{&s.comm->shm(), 0, nullptr});
+  };
+  auto footprint = [](size_t bytes) { return (bytes + 63) / 64 * 64; };  // each copy on a line
   for (P2pOp& s : ops) {
     if (!s.send || s.internal) continue;
-    bool overlaps = std::any_of(ops.begin(), ops.end(), [&](const P2pOp& r) {
+    s.copied = std::any_of(ops.begin(), ops.end(), [&](const P2pOp& r) {
       return !r.send && !r.internal && s.buf < r.buf + r.bytes && r.buf < s.buf + s.bytes;
     });
-    if (!overlaps) continue;
-    copies->emplace_back(s.buf, s.buf + s.bytes);
-    s.buf = s.net.buf = copies->back().data();
-    s.copied = true;
+    if (s.copied) asideOf(s).bytes += footprint(s.bytes);
+  }
+  for (Aside& x : asides) x.next = x.shm->aside(x.bytes);
+  for (P2pOp& s : ops) {
+    if (!s.copied) continue;
+    Aside& x = asideOf(s);
+    memcpy(x.next, s.buf, s.bytes);
+    s.buf = s.net.buf = x.next;
+    x.next += footprint(s.bytes);
   }
 }
 
@@ -228,8 +246,7 @@ void addP2p(std::vector<P2pOp>& ops, CpuComm& c, bool send, int peer, const void
 }
 
 void runP2p(std::vector<P2pOp>& ops) {
-  std::vector<std::vector<char>> copies;
-  copyInPlaceSends(ops, &copies);
+  copyInPlaceSends(ops);
   double timeout = 0;
   long spinNs = 0;
   for (auto& op : ops) {

@@ -340,6 +340,7 @@ ShmComm::~ShmComm() {
   for (const Mapped& m : mapped_)
     if (m.base) munmap(m.base, m.size);
   if (base_) munmap(base_, size_);
+  if (aside_) munmap(aside_, asideBytes_);
 }
 
 char* ShmComm::mapped(int r, uint64_t remote, size_t bytes) const {
@@ -497,6 +498,27 @@ char* ShmComm::cmaScratch(const void* out) {
   if (cmaScratch_.empty()) cmaScratch_.resize(nranks_ * cmaChunkBytes() + 2 * kPage);
   const uintptr_t page = alignUp(reinterpret_cast<uintptr_t>(cmaScratch_.data()), kPage);
   return reinterpret_cast<char*>(page + reinterpret_cast<uintptr_t>(out) % kPage);
+}
+
+char* ShmComm::aside(size_t bytes) {
+  if (bytes <= asideBytes_) return aside_;
+  constexpr size_t kHuge = size_t(2) << 20;
+  if (aside_) munmap(aside_, asideBytes_);
+  aside_ = nullptr;
+  asideBytes_ = 0;
+  // Mapped with a huge page's slack, then trimmed to the aligned part.
+  const size_t size = alignUp(bytes, kHuge);
+  void* m = mmap(nullptr, size + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ACCL_SYSCHECK(m == MAP_FAILED ? -1 : 0, "mmap of " + std::to_string(size >> 20) + " MiB",
+                "the copy of an in-place input");
+  char* raw = static_cast<char*>(m);
+  char* p = reinterpret_cast<char*>(alignUp(reinterpret_cast<uintptr_t>(raw), kHuge));
+  if (p > raw) munmap(raw, p - raw);
+  munmap(p + size, raw + kHuge - p);
+  madvise(p, size, MADV_HUGEPAGE);  // a hint: without huge pages the buffer still works
+  aside_ = p;
+  asideBytes_ = size;
+  return aside_;
 }
 
 char* ShmComm::nextBox(bool write) {

@@ -277,6 +277,25 @@ TEST_CASE(sendrecv) {
       checkPat(s.buf.data(), s.bytes(), r, 200, 0, 4, what + " sendbuff");
       d.buf.guardsOk(what);
     }
+    // 16. An all-to-all in place by sends and receives: block q of one buffer goes to rank q and
+    //     is overwritten by rank q's block for this rank. Every send is from a copy, and the
+    //     copies of one group share the communicator's aside buffer: none may overlap another.
+    for (size_t block : {size_t(70001), size_t(1153433)}) {
+      std::string what = "all-to-all in place by send/recv (" + std::to_string(block) + "-byte blocks)";
+      Buf b(size_t(c.nranks) * block);
+      for (int q = 0; q < c.nranks; ++q) fillPat(b.at(q * block), block, r * 64 + q, 210);
+      ACCL_OK(acclGroupStart());
+      for (int q = 0; q < c.nranks; ++q) {
+        if (q == r) continue;
+        ACCL_OK(acclSend(b.at(q * block), block, acclInt8, q, c.comm, nullptr));
+        ACCL_OK(acclRecv(b.at(q * block), block, acclInt8, q, c.comm, nullptr));
+      }
+      ACCL_OK(acclGroupEnd());
+      for (int q = 0; q < c.nranks; ++q)
+        checkPat(b.at(q * block), block, q * 64 + r, 210, 0, 1,
+                 what + ", block " + std::to_string(q));
+      b.guardsOk(what);
+    }
     sanityAllReduce(c, "the point-to-point tests");
   });
   return ok ? 0 : 1;
