@@ -234,10 +234,11 @@ TEST_CASE(sendrecv) {
       d.guardsOk("200 messages in one group");
     }
     // 13. In place: one buffer is sent to rank+1 and receives from rank-1 in one group. Below
-    //     the single-copy size, single copy within the channel's buffers, beyond them, and from
-    //     4 MiB (where the send, from a copy, is still written); a peer's data must not
-    //     overwrite what this rank has yet to send.
-    for (size_t count : {size_t(4099), size_t(100003), size_t(1153433), size_t(5 << 20) + 3}) {
+    //     the single-copy size, single copy within the channel's buffers, beyond them, from
+    //     4 MiB (where the send, from a copy, is still written) and from 8 MiB (where the copy
+    //     streams); a peer's data must not overwrite what this rank has yet to send.
+    for (size_t count : {size_t(4099), size_t(100003), size_t(1153433), size_t(5 << 20) + 3,
+                         size_t(9 << 20) + 5}) {
       std::string what = "send/recv in place in a group (" + std::to_string(count) + " bytes)";
       Msg b(count, acclUint8);
       fillPat(b.buf.data(), count, r, 180);
