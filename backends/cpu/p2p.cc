@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -153,11 +154,6 @@ bool progressShm(P2pOp& op, bool receiving, bool read) {
   return moved;
 }
 
-// From this size the copy of a send in place streams around the caches: the buffer, its copy
-// and the peer's no longer stay in them (2 ranks, alternating launches, 2026-12-02: 0.61-0.90 of
-// the time at 8-32 MiB in 11 rounds; 1.27-1.47x at 2-4 MiB, where they do, in 5).
-constexpr size_t kAsideUncachedBytes = size_t(8) << 20;
-
 // A send whose buffer a receive of the same set writes (a send/recv in place) sends from a copy
 // taken first: the receive's data may arrive, written by the peer, from the channel or from
 // the socket, before the send has taken all of its own. The steps of collectives never do
@@ -187,7 +183,7 @@ void copyInPlaceSends(std::vector<P2pOp>& ops) {
   for (P2pOp& s : ops) {
     if (!s.copied) continue;
     Aside& x = asideOf(s);
-    copyUncached(x.next, s.buf, s.bytes, kAsideUncachedBytes);
+    copyUncached(x.next, s.buf, s.bytes, x.shm->streamsAside(x.bytes) ? 0 : SIZE_MAX);
     s.buf = s.net.buf = x.next;
     x.next += footprint(s.bytes);
   }

@@ -254,6 +254,12 @@ class ShmComm {
   // 2 ranks, 16 MiB in place, send/recv took 3.6-5.3 ms against 4.7-5.7 from a std::vector
   // (10 alternating launches), all-to-all 1.3-1.6 ms against 1.8-3.4 (5; 2026-12-02).
   char* aside(size_t bytes);
+  // Whether copies of `bytes` per rank into aside() stream around the caches (copyUncached): once
+  // the node's ranks together copy half of this machine's 32 MiB L3, their buffers and copies no
+  // longer stay in it. In place, alternating launches (2026-12-02): send/recv at 2 ranks 0.61-0.90
+  // of the time with 8-32 MiB copies, 1.27-1.47x with 2-4 MiB; all-to-all at 2 ranks 0.70-0.83
+  // with 8-32 MiB, 1.15-1.28x with 1-4 MiB; at 4 ranks 0.69-0.93 with 6-48 MiB, level with 3 MiB.
+  bool streamsAside(size_t bytes) const { return size_t(nranks_) * bytes >= (size_t(16) << 20); }
 
   // Throws if this communicator or a peer's was aborted, or (checked at most every 200 ms) the
   // process of an awaited rank is gone. Only awaited ranks count: a rank whose part is done

@@ -3,7 +3,7 @@
 // an output of 4 MiB rank q reads those blocks from the peers' inputs instead
 // (ShmComm::pulls). In place, the blocks for the peers are first copied aside: peers write into
 // this rank's buffer while it may still be sending from it.
-#include <cstring>
+#include <cstdint>
 
 #include "algorithms/algorithms.h"
 #include "reduce.h"
@@ -19,8 +19,9 @@ void alltoAllCma(ShmComm& c, const CollArgs& a) {
   char* recv = static_cast<char*>(a.recv);
   if (send == recv) {  // the blocks for the peers go aside; this rank's own stays where it is
     char* aside = c.aside(n * bytes);
+    const size_t from = c.streamsAside((n - 1) * bytes) ? 0 : SIZE_MAX;
     for (int q = 0; q < n; ++q)
-      if (q != me) memcpy(aside + q * bytes, send + q * bytes, bytes);
+      if (q != me) copyUncached(aside + q * bytes, send + q * bytes, bytes, from);
     send = aside;
   } else {
     copyUncached(recv + me * bytes, send + me * bytes, bytes);
