@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -84,10 +83,9 @@ bool progressShm(P2pOp& op, bool receiving, bool read) {
       const bool single = c.cma() && op.bytes >= c.cmaMin(kSendRecv);
       const bool posted = single && ch.posted.load(std::memory_order_acquire) == op.msg + 1;
       if (single && posted && ch.postBytes == op.bytes) {  // else the receiver reports the sizes
-        // Large messages are read by the receiver, except from a copy just taken (in place),
-        // whose lines the receiver would fetch from this core's cache, on small pages: 4 MiB
-        // in place took 1.9-5x the time of writing it (2 and 4 ranks).
-        if (!op.copied && ShmComm::pullsInto(op.bytes, ch.postRegion)) {
+        // Large messages are read by the receiver, and so is every copy of a send in place
+        // (copyInPlaceSends says why), unless it goes into shared host memory.
+        if (op.copied ? !ch.postRegion.id : ShmComm::pullsInto(op.bytes, ch.postRegion)) {
           ch.offerAddr = reinterpret_cast<uint64_t>(op.buf);
           ch.written.store((op.msg + 1) | kOffered, std::memory_order_release);
           op.offered = true;
@@ -158,6 +156,16 @@ bool progressShm(P2pOp& op, bool receiving, bool read) {
 // taken first: the receive's data may arrive, written by the peer, from the channel or from
 // the socket, before the send has taken all of its own. The steps of collectives never do
 // that; only the user's sends and receives are compared.
+// The copy streams around the caches, and a receiver in private memory reads it, so that no
+// line moves between the cores' caches: the copy is in memory, and the receiver's buffer in its
+// own cache (in an exchange it has just copied it aside too). In some launches on this VM
+// every line that moves between the cores is slow, and a send in place written into the
+// receiver's buffer, or read from a copy in the sender's cache, took 5-6x the time (2 ranks;
+// the ways toggled loop by loop within each launch, 2026-12-02: 1 MiB 95-104 us read from the
+// streamed copy against 527-596); in the other launches level at 64 KiB-1 MiB and 1.2-1.3x
+// slower at 4 MiB (386-405 against 296-332 us). Alternating launches, the mode unbidden: no
+// launch slow in 12 against 2 in 6 written, at 2 and at 4 ranks on the 2 cores (there 1 MiB
+// 229-301 us against 141-218, 1185 in the slow launch).
 void copyInPlaceSends(std::vector<P2pOp>& ops) {
   // Each communicator's copies share its aside buffer: sized first, then cut up in order.
   struct Aside {
@@ -183,7 +191,7 @@ void copyInPlaceSends(std::vector<P2pOp>& ops) {
   for (P2pOp& s : ops) {
     if (!s.copied) continue;
     Aside& x = asideOf(s);
-    copyUncached(x.next, s.buf, s.bytes, x.shm->streamsAside(x.bytes) ? 0 : SIZE_MAX);
+    copyUncached(x.next, s.buf, s.bytes, 0);
     s.buf = s.net.buf = x.next;
     x.next += footprint(s.bytes);
   }
