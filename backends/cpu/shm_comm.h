@@ -51,6 +51,9 @@ struct alignas(64) RankCtrl {
   // Single-copy operations: where this rank's buffers of the current operation are, for peers
   // to read with process_vm_readv. Written before the rank arrives at the operation's barrier.
   uint64_t sendAddr, recvAddr;
+  // sendAddr is a copy of the input that this rank took for the operation (an all-to-all in
+  // place), streamed to memory: peers read from it at every size (alltoall_cma.cc says why).
+  uint32_t sendIsCopy;
   uint64_t probeAddr, probeValue;  // set at init: peers test that they may read this rank
   // Multi-node only: what this rank waits for on another node, or why it failed (`failed` set),
   // so that its local peers, which wait for it in turn, can name the ranks really missing.
@@ -192,10 +195,11 @@ class ShmComm {
   size_t cmaMin(Coll k) const { return cmaMin_[k]; }
   // Also which shared host memory (acclHostAlloc) holds each: a peer maps it once and then
   // copies with plain loads and stores instead of the kernel's copy (cmaRead, cmaWrite).
-  void publish(const void* send, const void* recv) {
+  void publish(const void* send, const void* recv, bool sendIsCopy = false) {
     RankCtrl& me = ctrl_[rank_];
     me.sendAddr = reinterpret_cast<uint64_t>(send);
     me.recvAddr = reinterpret_cast<uint64_t>(recv);
+    me.sendIsCopy = sendIsCopy;
     me.sendRegion = findHostRegion(send);
     me.recvRegion = findHostRegion(recv);
   }
@@ -254,12 +258,6 @@ class ShmComm {
   // 2 ranks, 16 MiB in place, send/recv took 3.6-5.3 ms against 4.7-5.7 from a std::vector
   // (10 alternating launches), all-to-all 1.3-1.6 ms against 1.8-3.4 (5; 2026-12-02).
   char* aside(size_t bytes);
-  // Whether copies of `bytes` per rank into aside() stream around the caches (copyUncached): once
-  // the node's ranks together copy half of this machine's 32 MiB L3, their buffers and copies no
-  // longer stay in it. In place, alternating launches (2026-12-02): send/recv at 2 ranks 0.61-0.90
-  // of the time with 8-32 MiB copies, 1.27-1.47x with 2-4 MiB; all-to-all at 2 ranks 0.70-0.83
-  // with 8-32 MiB, 1.15-1.28x with 1-4 MiB; at 4 ranks 0.69-0.93 with 6-48 MiB, level with 3 MiB.
-  bool streamsAside(size_t bytes) const { return size_t(nranks_) * bytes >= (size_t(16) << 20); }
 
   // Throws if this communicator or a peer's was aborted, or (checked at most every 200 ms) the
   // process of an awaited rank is gone. Only awaited ranks count: a rank whose part is done

@@ -397,16 +397,21 @@ def host_memory_worker(comm):
     out[r] = want[r]
     comm.all_gather(out[r], out=out)
     check_array(out, want, "in-place 4 MiB-block all_gather, shared and private outputs")
-    # all_to_all likewise, with rank 1 in place: it writes its blocks, the others read theirs.
-    blocks = [np.arange(n * big, dtype=np.float32) + 1000 * q for q in range(n)]
-    want = np.concatenate([b[r * big:(r + 1) * big] for b in blocks])
-    out = accl.host_empty(n * big, np.float32) if r == 2 else np.empty(n * big, np.float32)
-    if r == 1:
-        out[:] = blocks[r]
-        comm.all_to_all(out)
-    else:
-        comm.all_to_all(blocks[r], out=out)
-    check_array(out, want, "4 MiB-block all_to_all, in and out of place, shared and private")
+    # all_to_all likewise, with rank 1 in place, whose peers read its blocks from its copy at
+    # every size, and rank 2's output in host memory, which its peers write; 256 KiB blocks
+    # are otherwise written, 4 MiB ones read.
+    for block in (1 << 16, big):
+        blocks = [np.arange(n * block, dtype=np.float32) + 1000 * q for q in range(n)]
+        want = np.concatenate([b[r * block:(r + 1) * block] for b in blocks])
+        out = (accl.host_empty(n * block, np.float32) if r == 2
+               else np.empty(n * block, np.float32))
+        if r == 1:
+            out[:] = blocks[r]
+            comm.all_to_all(out)
+        else:
+            comm.all_to_all(blocks[r], out=out)
+        check_array(out, want, f"all_to_all of {block * 4 >> 10} KiB blocks, in and out of "
+                    "place, shared and private")
     private = base + r  # a peer's private input meets this rank's shared output
     y = accl.host_empty(count, np.float32)
     comm.all_reduce(private if r % 2 else x, out=y)

@@ -1,10 +1,8 @@
 // All-to-all, single copy: every rank writes block q of its input straight into rank q's output,
 // at block `rank` (process_vm_writev), all ranks at once, and copies its own block itself; from
 // an output of 4 MiB rank q reads those blocks from the peers' inputs instead
-// (ShmComm::pulls). In place, the blocks for the peers are first copied aside: peers write into
-// this rank's buffer while it may still be sending from it.
-#include <cstdint>
-
+// (ShmComm::pulls). In place, the blocks for the peers are first copied aside, from which the
+// peers read them: they write into this rank's buffer while it may still be sending.
 #include "algorithms/algorithms.h"
 #include "reduce.h"
 #include "types.h"
@@ -17,23 +15,27 @@ void alltoAllCma(ShmComm& c, const CollArgs& a) {
   const size_t bytes = a.count * typeSize(a.type);
   const char* send = static_cast<const char*>(a.send);
   char* recv = static_cast<char*>(a.recv);
-  if (send == recv) {  // the blocks for the peers go aside; this rank's own stays where it is
+  const bool inPlace = send == recv;
+  if (inPlace) {  // the blocks for the peers go aside; this rank's own stays where it is
     char* aside = c.aside(n * bytes);
-    const size_t from = c.streamsAside((n - 1) * bytes) ? 0 : SIZE_MAX;
     for (int q = 0; q < n; ++q)
-      if (q != me) copyUncached(aside + q * bytes, send + q * bytes, bytes, from);
+      if (q != me) copyUncached(aside + q * bytes, send + q * bytes, bytes, 0);
     send = aside;
   } else {
     copyUncached(recv + me * bytes, send + me * bytes, bytes);
   }
-  // Published as in place (send = recv), a rank writes its blocks from the copy aside itself:
-  // its peers would read lines it has just written, on small pages (4 ranks on the 2 cores,
-  // 4-64 MiB: 1.3-2.3x the time of pushing them). Out of place, large outputs are pulled as the
-  // all-gather's (0.65-0.94 of the time at 4 ranks on the 2 cores).
-  c.publish(a.send, recv);
+  // The copy aside is streamed to memory and the peers read it, whatever the size, into outputs
+  // in their own caches (in place they have just copied them aside too): no line moves between
+  // the cores' caches. In some launches on this VM every line that does is slow, and writing the
+  // blocks from the copy into the peers' outputs took 4-6x the time (2 ranks, 1-16 MiB; 4 ranks
+  // on the 2 cores, 1-4 MiB; the two toggled loop by loop within each launch, 2026-12-02:
+  // 2 ranks, 1 MiB 57-77 us against 277-343); in the other launches it is level but at 4 MiB
+  // (2 ranks, 1.35-1.55x) and 1 MiB (4 ranks, 1.2-1.3x). Out of place, large outputs are pulled
+  // as the all-gather's (0.65-0.94 of the time at 4 ranks on the 2 cores).
+  c.publish(send, recv, inPlace);
   c.barrier();
   auto pulled = [&](int src, int dst) {  // whether dst reads its block from src
-    return c.pulls(dst, n * bytes) && c.peer(src).sendAddr != c.peer(src).recvAddr;
+    return c.pulls(dst, n * bytes) || (c.peer(src).sendIsCopy && !c.peer(dst).recvRegion.id);
   };
   for (int i = 1; i < n; ++i) {
     const int q = (me + i) % n;  // each rank starts with a different peer
