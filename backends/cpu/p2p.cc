@@ -158,14 +158,14 @@ bool progressShm(P2pOp& op, bool receiving, bool read) {
 // that; only the user's sends and receives are compared.
 // The copy streams around the caches, and a receiver in private memory reads it, so that no
 // line moves between the cores' caches: the copy is in memory, and the receiver's buffer in its
-// own cache (in an exchange it has just copied it aside too). In some launches on this VM
-// every line that moves between the cores is slow, and a send in place written into the
-// receiver's buffer, or read from a copy in the sender's cache, took 5-6x the time (2 ranks;
-// the ways toggled loop by loop within each launch, 2026-12-02: 1 MiB 95-104 us read from the
-// streamed copy against 527-596); in the other launches level at 64 KiB-1 MiB and 1.2-1.3x
-// slower at 4 MiB (386-405 against 296-332 us). Alternating launches, the mode unbidden: no
-// launch slow in 12 against 2 in 6 written, at 2 and at 4 ranks on the 2 cores (there 1 MiB
-// 229-301 us against 141-218, 1185 in the slow launch).
+// own cache (in an exchange it has just copied it aside too). In some launches on this VM a
+// copy that takes lines out of the other core's cache is slow, and a send in place written
+// into the receiver's buffer, or read from a copy in the sender's cache, took 5-6x the time
+// (2 ranks; the ways toggled loop by loop within each launch, 2026-12-02: 1 MiB 95-104 us read
+// from the streamed copy against 527-596); in the other launches it is level at 64 KiB-1 MiB
+// and 1.2-1.3x slower at 4 MiB (386-405 against 296-332 us). In alternating launches no launch
+// was slow in 12 against 4 of 12 written, at 2 and at 4 ranks on the 2 cores (docs/algorithms.md,
+// "Lines that cross between the cores").
 void copyInPlaceSends(std::vector<P2pOp>& ops) {
   // Each communicator's copies share its aside buffer: sized first, then cut up in order.
   struct Aside {

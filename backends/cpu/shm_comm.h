@@ -253,10 +253,11 @@ class ShmComm {
   // load of element i only matches the store of element i, which comes after it.
   char* cmaScratch(const void* out);
   // A private buffer of at least `bytes`, for the copy of an input that is overwritten while it
-  // is being sent (an all-to-all or send/recv in place). It is kept for the next call, and on
-  // huge pages where the kernel gives them, which the kernel's copy out of it pins faster: at
-  // 2 ranks, 16 MiB in place, send/recv took 3.6-5.3 ms against 4.7-5.7 from a std::vector
-  // (10 alternating launches), all-to-all 1.3-1.6 ms against 1.8-3.4 (5; 2026-12-02).
+  // is being sent (an all-to-all or send/recv in place). It is kept for the next call, so no
+  // call allocates it or faults its pages in, and is on huge pages where the kernel gives them:
+  // at 2 ranks, 16 MiB in place, send/recv took 3.6-5.3 ms against 4.7-5.7 from a new
+  // std::vector each call (10 alternating launches), all-to-all 1.3-1.6 ms against 1.8-3.4 from
+  // a kept one on small pages (5; 2026-12-02).
   char* aside(size_t bytes);
 
   // Throws if this communicator or a peer's was aborted, or (checked at most every 200 ms) the

@@ -233,10 +233,10 @@ TEST_CASE(sendrecv) {
       checkPat(d.data(), d.bytes(), prev, 160, 0, 1, "200 messages of 4097 bytes to one peer in one group (byte offsets)");
       d.guardsOk("200 messages in one group");
     }
-    // 13. In place: one buffer is sent to rank+1 and receives from rank-1 in one group. Below
-    //     the single-copy size, single copy within the channel's buffers, beyond them, from
-    //     4 MiB (where the send, from a copy, is still written) and from 8 MiB (where the copy
-    //     streams); a peer's data must not overwrite what this rank has yet to send.
+    // 13. In place: one buffer is sent to rank+1 and receives from rank-1 in one group, from a
+    //     copy, which the receiver reads single copy. Below the single-copy size, within the
+    //     channel's buffers, beyond them and beyond 4 and 8 MiB; a peer's data must not
+    //     overwrite what this rank has yet to send.
     for (size_t count : {size_t(4099), size_t(100003), size_t(1153433), size_t(5 << 20) + 3,
                          size_t(9 << 20) + 5}) {
       std::string what = "send/recv in place in a group (" + std::to_string(count) + " bytes)";
@@ -282,7 +282,8 @@ TEST_CASE(sendrecv) {
     //     is overwritten by rank q's block for this rank. Every send is from a copy, and the
     //     copies of one group share the communicator's aside buffer: none may overlap another.
     for (size_t block : {size_t(70001), size_t(1153433)}) {
-      std::string what = "all-to-all in place by send/recv (" + std::to_string(block) + "-byte blocks)";
+      std::string what =
+          "all-to-all in place by send/recv (" + std::to_string(block) + "-byte blocks)";
       Buf b(size_t(c.nranks) * block);
       for (int q = 0; q < c.nranks; ++q) fillPat(b.at(q * block), block, r * 64 + q, 210);
       ACCL_OK(acclGroupStart());
