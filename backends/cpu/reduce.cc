@@ -271,7 +271,7 @@ void copyUncached(void* dst, const void* src, size_t bytes, size_t from) {
     size_t head = std::min(bytes, -reinterpret_cast<uintptr_t>(d) & 63);  // aligned lines only
     size_t lines = (bytes - head) / 64;
     memcpy(d, s, head);
-    streamLines(d + head, s + head, lines);
+    if (lines) streamLines(d + head, s + head, lines);  // no fence for a copy without a whole line
     memcpy(d + head + lines * 64, s + head + lines * 64, bytes - head - lines * 64);
     return;
   }
