@@ -602,7 +602,12 @@ def buffer(count: int, dtype: np.dtype, shared: bool = False, huge: bool = True)
         return a
     # Private, as numpy's and torch's memory is (a shared mapping would be shmem, whose pages
     # the kernel pins and copies differently); anonymous memory is zeroed.
-    m = mmap.mmap(-1, count * dtype.itemsize + HUGE_PAGE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    # Whole huge pages from the boundary on: a huge page backs only a 2 MiB range that lies
+    # entirely inside the mapping, so with the bytes alone the tail of the buffer (all of a
+    # buffer under 2 MiB) had huge pages or not by where mmap put it, a new draw in every
+    # process (4 ranks, single-copy broadcasts of 256 KiB-1 MiB: 3-4x apart).
+    whole = -(-count * dtype.itemsize // HUGE_PAGE) * HUGE_PAGE
+    m = mmap.mmap(-1, whole + HUGE_PAGE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     skip = -np.frombuffer(m, np.uint8, 1).ctypes.data % HUGE_PAGE
     if hasattr(mmap, "MADV_HUGEPAGE"):
         try:

@@ -120,11 +120,32 @@ def test_the_check_sees_missing_results(name):
         assert row[mode]["wrong"] > 0, (name, mode, row)
 
 
+def mapping_of(at):
+    """(start, end, AnonHugePages in kB) of the mapping that holds address `at`, from
+    /proc/self/smaps."""
+    lo = hi = None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                lo, hi = (int(v, 16) for v in head.split("-"))
+            elif lo is not None and lo <= at < hi and head == "AnonHugePages:":
+                return lo, hi, int(line.split()[1])
+    pytest.fail(f"no mapping holds {at:#x} in /proc/self/smaps")
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint8])
-def test_buffers_start_at_a_huge_page_boundary(dtype):
-    b = perf.buffer(1000, np.dtype(dtype))
-    assert b.ctypes.data % perf.HUGE_PAGE == 0
-    assert b.dtype == dtype and b.size == 1000 and not b.any()
+@pytest.mark.parametrize("count", [1000, 3 << 20])
+def test_buffers_lie_on_whole_huge_pages(dtype, count):
+    # The mapping must hold every 2 MiB page the buffer touches: a huge page backs only a range
+    # that lies wholly inside it, and with the buffer's bytes alone its tail got huge pages or
+    # not by where mmap put it, a new draw in every process.
+    b = perf.buffer(count, np.dtype(dtype))
+    at = b.ctypes.data
+    assert at % perf.HUGE_PAGE == 0
+    lo, hi, _ = mapping_of(at)
+    assert lo <= at and at + -(-b.nbytes // perf.HUGE_PAGE) * perf.HUGE_PAGE <= hi, (lo, hi, at)
+    assert b.dtype == dtype and b.size == count and not b.any()
     b[:] = 7  # writable to its end
     assert (b == 7).all()
 
@@ -146,19 +167,7 @@ def test_small_pages():
     """--pages small: every byte of the private buffers on small pages (AnonHugePages 0 in the
     mapping that holds them), results still checked, the first line and the JSON say so."""
     b = perf.buffer(4 << 20, np.dtype(np.uint8), huge=False)
-    at = b.ctypes.data
-    inside = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and ":" not in head:
-                lo, hi = (int(v, 16) for v in head.split("-"))
-                inside = lo <= at < hi
-            elif inside and head == "AnonHugePages:":
-                assert line.split()[1] == "0", line
-                break
-        else:
-            pytest.fail("the buffer's mapping is not in /proc/self/smaps")
+    assert mapping_of(b.ctypes.data)[2] == 0
     out = run_cmd([sys.executable, "-m", "accl.perf", "all_gather", "-b", "1M", "-e", "1M",
                    "-n", "2", "-w", "1", "--pages", "small", "-J", "/dev/stdout"])
     assert out.returncode == 0, out.stdout + out.stderr
