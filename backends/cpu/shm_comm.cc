@@ -71,9 +71,10 @@ void gather(const acclBackendCommArgs_v1& a, void* data, size_t bytes) {
 
 // ACCL_CMA_MIN: the smallest message (bytes per rank) each collective copies once, straight
 // between the ranks' buffers, instead of through /dev/shm. Unset or 0: the crossovers measured
-// at 2 ranks over fast and slow minutes, or with more ranks than cores at 4 ranks on 2 cores
-// (docs/algorithms.md): there a single copy's two barriers wait for every rank to be scheduled,
-// while staged steps let ranks run ahead. Another number: for all; collective:bytes items: for
+// at 2 ranks, or with more ranks than cores at 4 ranks on 2 cores, on buffers of whole huge
+// pages (docs/algorithms.md, "Crossovers on whole huge pages"): with more ranks than cores a
+// single copy's two barriers wait for every rank to be scheduled, while staged steps let ranks
+// run ahead. Another number: for all; collective:bytes items: for
 // those named (bytes -1: never). Returns false for -1 alone (never).
 const std::pair<const char*, Coll> kCmaColls[] = {
     {"allreduce", kAllReduce}, {"allgather", kAllGather}, {"reducescatter", kReduceScatter},
@@ -82,15 +83,15 @@ const std::pair<const char*, Coll> kCmaColls[] = {
 
 bool cmaCrossovers(size_t* min, bool oversubscribed) {
   std::fill(min, min + kNumColls, SIZE_MAX);  // no single-copy form
-  min[kAllReduce] = (oversubscribed ? 128 : 32) << 10;
+  min[kAllReduce] = 32 << 10;
   min[kAllGather] = (oversubscribed ? 32 : 8) << 10;
-  min[kReduceScatter] = (oversubscribed ? 64 : 16) << 10;
-  min[kBroadcast] = (oversubscribed ? 256 : 16) << 10;
-  min[kReduce] = (oversubscribed ? 32 : 64) << 10;
-  min[kAlltoAll] = (oversubscribed ? 32 : 16) << 10;
-  min[kGather] = (oversubscribed ? 32 : 16) << 10;
-  min[kScatter] = (oversubscribed ? 32 : 16) << 10;
-  min[kSendRecv] = 16 << 10;
+  min[kReduceScatter] = 8 << 10;
+  min[kBroadcast] = (oversubscribed ? 32 : 16) << 10;
+  min[kReduce] = (oversubscribed ? 8 : 16) << 10;
+  min[kAlltoAll] = (oversubscribed ? 16 : 8) << 10;
+  min[kGather] = (oversubscribed ? 16 : 8) << 10;
+  min[kScatter] = (oversubscribed ? 16 : 8) << 10;
+  min[kSendRecv] = (oversubscribed ? 16 : 8) << 10;
   const std::string spec = paramString(Param::CmaMin);
   auto bytes = [&](const std::string& text) -> size_t {
     if (text == "-1") return SIZE_MAX;  // never, for the collective named
