@@ -236,8 +236,9 @@ void reduceScatterAuto(ShmComm& c, const CollArgs& a) {
   else reduceScatterDirect(c, a);
 }
 
-// Below single copy's threshold reduce runs direct, up to 64 KiB (16 KiB with more ranks than
-// cores), then split: docs/algorithms.md, "Reduce".
+// Below single copy's threshold reduce runs direct; where single copy is off or starts higher
+// (ACCL_CMA_MIN), direct up to 64 KiB (16 KiB with more ranks than cores), then split:
+// docs/algorithms.md, "Reduce".
 void reduceAuto(ShmComm& c, const CollArgs& a) {
   if (useCma(c, a, kReduce)) reduceCma(c, a);
   else if (a.count * typeSize(a.type) <= size_t(c.oversubscribed() ? 16 : 64) << 10)
