@@ -159,13 +159,15 @@ class ShmComm {
     if (write && synced_ < epoch_) waitAll();
     return static_cast<int>(step_++ & 1);
   }
-  // Small broadcasts go through a ring of kBoxes boxes of kBoxBytes instead, so that a root can
-  // run up to kBoxes broadcasts ahead of its slowest reader: with more ranks than cores, readers
-  // then catch up several at a time rather than each broadcast waiting for every rank to be
-  // scheduled. Every rank takes the next box at each small broadcast; the one that will write
-  // waits until every rank has left the step that last read the box. Broadcasts of up to
-  // boxMax() bytes take a box: kBoxBytes with more ranks than cores, 1 KiB otherwise (there,
-  // from 2 KiB, a root running ahead slows its readers down: 2 ranks, 4 KiB, box 1.5x slower).
+  // Small broadcasts, scatters, gathers and reduces go through a ring of kBoxes boxes of
+  // kBoxBytes instead, so that the ranks that only write (a broadcast's or scatter's root, a
+  // gather's or reduce's other ranks) can run up to kBoxes calls ahead of the readers: with more
+  // ranks than cores, readers then catch up several at a time rather than each call waiting for
+  // every rank to be scheduled. Every rank takes the next box at each such call; one that will
+  // write waits until every rank has left the step that last read the box. Calls whose n blocks
+  // fit in boxMax() bytes take a box: kBoxBytes with more ranks than cores, 1 KiB otherwise
+  // (there, from 2 KiB, a root running ahead slows its readers down: 2 ranks, 4 KiB broadcast,
+  // box 1.5x slower).
   static constexpr uint64_t kBoxes = 64;
   static constexpr size_t kBoxBytes = 4096;
   char* nextBox(bool write);

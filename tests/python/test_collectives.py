@@ -348,30 +348,53 @@ def test_forced_algorithm_errors(algo, host, message):
     run_ranks(2, bad_algo_worker, algo, host, message, make_comm=False)
 
 
-def broadcast_stream_worker(comm, sizes):
-    """Back-to-back broadcasts, from rotating roots mixed with all-reduces, then from one root
-    while the last rank now and then sleeps. A root goes on without waiting for its readers
-    (up to 64 small broadcasts ahead; its next write to a buffer waits until every rank has
-    read what it held), so a root that overwrote data still to be read shows here."""
-    n = comm.size
-    for i in range(600):
-        # The second half sends only what fits a small broadcast's buffer (4 KiB).
-        root = i % n if i < 300 else 0
-        count = sizes[i % len(sizes)] if i < 300 else min(sizes[i % len(sizes)], 500)
-        if i >= 300 and i % 100 == 0 and comm.rank == n - 1:
-            time.sleep(0.002)  # the root runs ahead meanwhile, past the last box
-        x = np.full(count, comm.rank * 1000 + i, np.int64)
-        comm.broadcast(x, root=root)
-        check_array(x, np.full(count, root * 1000 + i, np.int64), f"broadcast {i} from {root}")
+def rooted_stream_worker(comm, sizes):
+    """Back-to-back broadcasts, scatters, gathers and reduces, from rotating roots mixed with
+    all-reduces; then 300 of each kind in turn from rank 0, with one rank now and then asleep.
+    Small ones go through a ring of 64 boxes, and a rank that only writes (a broadcast's or
+    scatter's root, a gather's or reduce's other ranks) goes on without waiting for the
+    readers; its next write to a box waits until every rank has left the step that read it.
+    A writer that overwrote data still to be read shows here: in the second part the sleeper
+    is a reader (the last rank, or the root of a gather or reduce) and the writers run past
+    the last box meanwhile."""
+    n, r = comm.size, comm.rank
+    kinds = ["broadcast", "scatter", "gather", "reduce"]
+    for i in range(1500):
+        if i < 300:
+            kind, root, count = kinds[i % 4], i % n, sizes[i % len(sizes)]
+        else:  # only what fits a box (4 KiB) with more ranks than cores
+            kind, root, count = kinds[(i - 300) // 300], 0, min(sizes[i % len(sizes)], 500 // n)
+            sleeper = n - 1 if kind in ("broadcast", "scatter") else 0
+            if i % 100 == 0 and r == sleeper:
+                time.sleep(0.002)
+        what = f"{kind} {i} from {root}"
+        mine = np.full(count, r * 1000 + i, np.int64)
+        blocks = np.stack([np.full(count, q * 1000 + i, np.int64) for q in range(n)])
+        if kind == "broadcast":
+            comm.broadcast(mine, root=root)
+            check_array(mine, blocks[root], what)
+        elif kind == "scatter":
+            got = comm.scatter(blocks.copy() if r == root else np.empty(count, np.int64),
+                               root=root)
+            check_array(got, blocks[r], what)
+        elif kind == "gather":
+            got = comm.gather(mine, root=root, out=np.empty((n, count), np.int64))
+            if r == root:
+                check_array(got, blocks, what)
+        else:
+            got = comm.reduce(mine, root=root)
+            if r == root:
+                check_array(got, blocks.sum(axis=0), what)
         if i < 300 and i % 7 == 0:
             s = comm.all_reduce(np.full(3, i, np.int64))
-            check_array(s, np.full(3, i * n, np.int64), f"all_reduce after broadcast {i}")
+            check_array(s, np.full(3, i * n, np.int64), f"all_reduce after {what}")
 
 
 @pytest.mark.parametrize("nranks", [1, 3, 4])
-def test_broadcast_stream(nranks):
-    # Small slots make the larger sizes take several chunks: the root runs ahead chunk by chunk.
-    run_ranks(nranks, broadcast_stream_worker, [1, 5, 300, 2000],
+def test_rooted_stream(nranks):
+    # Small slots make the larger sizes take several chunks: the writers run ahead chunk by
+    # chunk.
+    run_ranks(nranks, rooted_stream_worker, [1, 5, 300, 2000],
               env={"ACCL_SHM_SLOT_BYTES": "4096"})
 
 

@@ -1,5 +1,6 @@
 // Scatter, direct: the root copies block r's chunk into slot r for every other rank r, one
-// barrier, every rank copies its slot out.
+// barrier, every rank copies its slot out. When all n blocks fit in a box the root copies them
+// there and goes on, as a small broadcast's root does, and every other rank waits for it alone.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -18,6 +19,16 @@ void scatterDirect(ShmComm& c, const CollArgs& a) {
   const bool root = me == a.root;
   if (root && a.recv != send + me * a.count * es)
     copyUncached(a.recv, send + me * a.count * es, a.count * es);
+  if (n * a.count * es <= c.boxMax()) {
+    char* box = c.nextBox(root);
+    if (root) memcpy(box, send, n * a.count * es);
+    c.arrive();
+    if (!root) {
+      c.waitFor(a.root);
+      memcpy(a.recv, box + me * a.count * es, a.count * es);
+    }
+    return;
+  }
   for (size_t off = 0; off < a.count; off += chunk) {
     size_t len = std::min(chunk, a.count - off);
     int set = c.nextSet();
