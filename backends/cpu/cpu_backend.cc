@@ -213,6 +213,13 @@ namespace {
 bool useCma(const ShmComm& c, const CollArgs& a, Coll k) {
   return c.cma() && c.nranks() > 1 && a.count * typeSize(a.type) >= c.cmaMin(k);
 }
+
+// Whether `blocks` blocks of the call fit a box (ShmComm::nextBox). Rooted collectives that fit
+// take one whatever ACCL_CMA_MIN says: the ranks that only write run ahead there, which no
+// single copy, with its two barriers, can do (docs/algorithms.md, "Steps").
+bool fitsBox(const ShmComm& c, const CollArgs& a, int blocks) {
+  return blocks * a.count * typeSize(a.type) <= c.boxMax();
+}
 }  // namespace
 
 void allReduceAuto(ShmComm& c, const CollArgs& a) {
@@ -227,7 +234,7 @@ void allGatherAuto(ShmComm& c, const CollArgs& a) {
 }
 
 void broadcastAuto(ShmComm& c, const CollArgs& a) {
-  if (useCma(c, a, kBroadcast)) broadcastCma(c, a);
+  if (!fitsBox(c, a, 1) && useCma(c, a, kBroadcast)) broadcastCma(c, a);
   else broadcastDirect(c, a);
 }
 
@@ -236,11 +243,12 @@ void reduceScatterAuto(ShmComm& c, const CollArgs& a) {
   else reduceScatterDirect(c, a);
 }
 
-// Below single copy's threshold reduce runs direct; where single copy is off or starts higher
-// (ACCL_CMA_MIN), direct up to 64 KiB (16 KiB with more ranks than cores), then split:
+// A reduce that fits a box, or below single copy's threshold, runs direct; where single copy is
+// off or starts higher (ACCL_CMA_MIN), direct up to 64 KiB (16 KiB with more ranks than cores),
+// then split:
 // docs/algorithms.md, "Reduce".
 void reduceAuto(ShmComm& c, const CollArgs& a) {
-  if (useCma(c, a, kReduce)) reduceCma(c, a);
+  if (!fitsBox(c, a, c.nranks()) && useCma(c, a, kReduce)) reduceCma(c, a);
   else if (a.count * typeSize(a.type) <= size_t(c.oversubscribed() ? 16 : 64) << 10)
     reduceDirect(c, a);
   else reduceSplit(c, a);
@@ -259,12 +267,12 @@ void alltoAllAuto(ShmComm& c, const CollArgs& a) {
 }
 
 void gatherAuto(ShmComm& c, const CollArgs& a) {
-  if (useCma(c, a, kGather)) gatherCma(c, a);
+  if (!fitsBox(c, a, c.nranks()) && useCma(c, a, kGather)) gatherCma(c, a);
   else gatherDirect(c, a);
 }
 
 void scatterAuto(ShmComm& c, const CollArgs& a) {
-  if (useCma(c, a, kScatter)) scatterCma(c, a);
+  if (!fitsBox(c, a, c.nranks()) && useCma(c, a, kScatter)) scatterCma(c, a);
   else scatterDirect(c, a);
 }
 

@@ -299,8 +299,9 @@ def test_all_reduce_64mib(nranks):
 
 @pytest.mark.parametrize("nranks", [2, 3])
 def test_collectives_single_copy(nranks):
-    # ACCL_CMA_MIN=1: every collective copies straight between the ranks at every size
-    # (all-reduce and reduce in several chunks from 1000003 float32). float16 takes the
+    # ACCL_CMA_MIN=1: every collective copies straight between the ranks at every size but the
+    # rooted ones that fit a box (all-reduce and reduce in several chunks from 1000003 float32;
+    # test_forced_algorithms forces theirs at every size). float16 takes the
     # single-copy reductions' one pass over all inputs from 3 ranks on.
     run_ranks(nranks, collectives_worker, [np.int8, np.float16, np.float32],
               [0, 1, 1031, 300001, 1000003],
@@ -362,8 +363,8 @@ def rooted_stream_worker(comm, sizes):
     for i in range(1500):
         if i < 300:
             kind, root, count = kinds[i % 4], i % n, sizes[i % len(sizes)]
-        else:  # only what fits a box (4 KiB) with more ranks than cores
-            kind, root, count = kinds[(i - 300) // 300], 0, min(sizes[i % len(sizes)], 500 // n)
+        else:  # only what fits a box (32 KiB) with more ranks than cores
+            kind, root, count = kinds[(i - 300) // 300], 0, min(sizes[i % len(sizes)], 4000 // n)
             sleeper = n - 1 if kind in ("broadcast", "scatter") else 0
             if i % 100 == 0 and r == sleeper:
                 time.sleep(0.002)
