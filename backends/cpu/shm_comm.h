@@ -165,14 +165,14 @@ class ShmComm {
   // ranks than cores, readers then catch up several at a time rather than each call waiting for
   // every rank to be scheduled. Every rank takes the next box at each such call; one that will
   // write waits until every rank has left the step that last read the box. Calls whose data
-  // fit in boxMax() bytes take a box: kBoxBytes with more ranks than cores (up to there boxes
+  // fit (fitsBox) take a box: kBoxBytes with more ranks than cores (up to there boxes
   // beat slots and single copy alike, docs/algorithms.md "Steps"), 1 KiB otherwise (there, from
   // 2 KiB, a root running ahead slows its readers down: 2 ranks, 4 KiB broadcast, box 1.5x
   // slower).
   static constexpr uint64_t kBoxes = 64;
   static constexpr size_t kBoxBytes = 32768;
   char* nextBox(bool write);
-  size_t boxMax() const { return boxMax_; }
+  bool fitsBox(size_t bytes) const { return bytes <= boxMax_; }
   char* slot(int set, int r) const { return data_ + (size_t(set) * nranks_ + r) * slotBytes_; }
   size_t slotBytes() const { return slotBytes_; }
   // Room for one pointer per rank: the sources of a reduction, without an allocation per call.

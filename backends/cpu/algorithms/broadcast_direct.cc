@@ -18,7 +18,7 @@ void broadcastDirect(ShmComm& c, const CollArgs& a) {
   const size_t es = typeSize(a.type), chunk = c.slotBytes() * c.nranks() / es;
   const bool root = c.rank() == a.root;
   if (root && a.send != a.recv) copyUncached(a.recv, a.send, a.count * es);
-  if (a.count * es <= c.boxMax()) {  // through the ring of small boxes
+  if (c.fitsBox(a.count * es)) {  // through the ring of small boxes
     char* box = c.nextBox(root);
     if (root) memcpy(box, a.send, a.count * es);
     c.arrive();

@@ -20,7 +20,7 @@ void gatherDirect(ShmComm& c, const CollArgs& a) {
   const bool root = me == a.root;
   if (root && a.send != recv + me * a.count * es)
     copyUncached(recv + me * a.count * es, a.send, a.count * es);
-  if (n * a.count * es <= c.boxMax()) {
+  if (c.fitsBox(n * a.count * es)) {
     char* box = c.nextBox(!root);
     if (!root) memcpy(box + me * a.count * es, a.send, a.count * es);
     c.arrive();

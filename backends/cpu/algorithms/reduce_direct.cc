@@ -20,7 +20,7 @@ void reduceDirect(ShmComm& c, const CollArgs& a) {
   const int n = c.nranks(), me = c.rank();
   const void** srcs = c.sources();
   const size_t bytes = a.count * es;
-  if (n * bytes <= c.boxMax()) {
+  if (c.fitsBox(n * bytes)) {
     char* box = c.nextBox(me != a.root);
     if (me != a.root) memcpy(box + me * bytes, a.send, bytes);
     c.arrive();

@@ -19,7 +19,7 @@ void scatterDirect(ShmComm& c, const CollArgs& a) {
   const bool root = me == a.root;
   if (root && a.recv != send + me * a.count * es)
     copyUncached(a.recv, send + me * a.count * es, a.count * es);
-  if (n * a.count * es <= c.boxMax()) {
+  if (c.fitsBox(n * a.count * es)) {
     char* box = c.nextBox(root);
     if (root) memcpy(box, send, n * a.count * es);
     c.arrive();
