@@ -243,10 +243,9 @@ void reduceScatterAuto(ShmComm& c, const CollArgs& a) {
   else reduceScatterDirect(c, a);
 }
 
-// A reduce that fits a box, or below single copy's threshold, runs direct; where single copy is
-// off or starts higher (ACCL_CMA_MIN), direct up to 64 KiB (16 KiB with more ranks than cores),
-// then split:
-// docs/algorithms.md, "Reduce".
+// A reduce that fits a box runs direct; otherwise single copy from its threshold (ACCL_CMA_MIN),
+// and below it (or without single copy) direct up to 64 KiB (16 KiB with more ranks than cores),
+// then split: docs/algorithms.md, "Reduce".
 void reduceAuto(ShmComm& c, const CollArgs& a) {
   if (!fitsBox(c, a, c.nranks()) && useCma(c, a, kReduce)) reduceCma(c, a);
   else if (a.count * typeSize(a.type) <= size_t(c.oversubscribed() ? 16 : 64) << 10)

@@ -84,8 +84,8 @@ def test_cma_min_item_minus_one_means_never():
     many = os.sysconf("SC_NPROCESSORS_ONLN") < 2  # more ranks than cores: the other table
     assert _crossovers(2, "broadcast:-1,allgather:4096,sendrecv:-1") == (
         "allreduce 32768, allgather 4096, reducescatter 8192, broadcast never, "
-        f"reduce {8192 if many else 16384}, alltoall {16384 if many else 8192}, "
-        f"gather {16384 if many else 8192}, scatter {16384 if many else 8192}, sendrecv never")
+        f"reduce {65536 if many else 16384}, alltoall {16384 if many else 8192}, "
+        f"gather {16384 if many else 8192}, scatter {32768 if many else 8192}, sendrecv never")
 
 
 def test_more_ranks_than_cores_single_copy_from_other_sizes():
@@ -94,7 +94,7 @@ def test_more_ranks_than_cores_single_copy_from_other_sizes():
         pytest.skip(f"{n} ranks, one more than this machine's cores, are too many to start here")
     assert _crossovers(n, None) == (
         "allreduce 32768, allgather 32768, reducescatter 8192, broadcast 32768, "
-        "reduce 8192, alltoall 16384, gather 16384, scatter 16384, sendrecv 16384")
+        "reduce 65536, alltoall 16384, gather 16384, scatter 32768, sendrecv 16384")
 
 
 @pytest.mark.parametrize("value", ["allreduce:x", "allreduce", "ring:1", "-2", "broadcast:-2"])
