@@ -29,7 +29,7 @@ struct P2pOp {
   uint64_t msg;  // its number on the channel (ShmComm::nextMessage)
   bool eager;    // a send that goes through the channel's buffers, not single copy
   bool posted;   // a receive whose address the sender may write to (ChannelCtrl::posted)
-  bool offered;  // a send whose buffer waits for the receiver to read it (kOffered)
+  bool offered;  // a send whose buffer waits for the receiver to read it (ChannelCtrl::offered)
   bool copied;   // a send from a copy of its buffer (in place: copyInPlaceSends)
   NetOp net;  // a peer on another node
   bool finished() const { return local >= 0 ? done == chunks : net.complete; }

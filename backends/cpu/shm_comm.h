@@ -66,22 +66,22 @@ struct alignas(64) RankCtrl {
 // Set in ChannelCtrl::written with m + 1: the sender could not write message m single copy
 // (in ChannelCtrl::taken: the receiver could not read it).
 constexpr uint64_t kCopyFailed = uint64_t(1) << 63;
-// Set in ChannelCtrl::written with m + 1: message m waits at offerAddr for the receiver to read
-// it (a large message into private memory; ShmComm::pullsInto says why).
-constexpr uint64_t kOffered = uint64_t(1) << 62;
 
 // A send/recv channel (one per ordered pair of ranks). A message travels in chunks through the
 // channel's buffers, or, single copy, straight from the sender's buffer into the receiver's:
 // the receiver posts where it waits for message m (messages are counted on each side, from 0),
 // and a sender that finds that post when it starts message m writes there and says so, or, for
-// a large message, offers its own buffer, which the receiver reads.
+// a large message, offers its own buffer, which the receiver reads; a large message is offered
+// before the post too. Offers have a field of their own: an offer of message m + 1 in `written`
+// could replace the word that message m was written before the receiver had seen it.
 // Each line is written by one side only; a small message moves the sender's line and the data
 // one way and the head back.
 struct alignas(64) ChannelCtrl {
   alignas(64) std::atomic<uint64_t> tail;  // chunks written by the sender
   std::atomic<uint64_t> written;           // m + 1: message m was written single copy (or
-                                           // m + 1 | kCopyFailed: it could not be; m + 1 |
-  uint64_t offerAddr;                      // kOffered: it waits at offerAddr)
+                                           // m + 1 | kCopyFailed: it could not be)
+  std::atomic<uint64_t> offered;           // m + 1: message m waits at offerAddr, of
+  uint64_t offerAddr, offerBytes;          // offerBytes, for the receiver to read it
   // Total bytes of the message each buffered chunk belongs to, so a mismatched send/recv pair
   // is reported instead of silently misread. Written before `tail` is released.
   uint64_t msgBytes[kP2pBufs];
