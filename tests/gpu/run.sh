@@ -2,9 +2,11 @@
 # The GPU check (issues 3 and 4): on a machine with an NVIDIA GPU, torch with CUDA and the
 # nvidia-nccl wheel, in under 5 minutes: build (the torch backend against that torch), run the
 # conformance suite on the nccl backend, time all_reduce through accl against NCCL called
-# directly, run the torch backend on cuda tensors, and let device memory choose the backend.
-# One summary line per check.
-# It uses the Python that has torch (PYTHON, default python3) and installs nothing.
+# directly, run the torch backend on cuda tensors (DDP and FSDP2 too), let device memory choose
+# the backend, and build the wheel with pip against that torch and use it. One summary line per
+# check.
+# It uses the Python that has torch (PYTHON, default python3) and installs nothing (the wheel
+# goes into a temporary directory).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
@@ -35,4 +37,23 @@ fi
 timeout 120 "$PY" tests/gpu/bench_allreduce.py || status=1
 timeout 120 "$PY" tests/gpu/torch_check.py || status=1
 timeout 60 "$PY" tests/gpu/follow_memory.py || status=1
+
+# The wheel as pip builds it, against this torch, installed on its own: torch must load the
+# backend through the wheel's entry point (no import of accl) and serve cuda tensors with it.
+wheels=$(mktemp -d)
+if timeout 300 "$PY" -m pip wheel -q --no-build-isolation --no-deps -w "$wheels" . >"$BUILD-wheel.log" 2>&1 &&
+   "$PY" -m pip install -q --no-index --no-deps --target "$wheels/site" "$wheels"/accl-*.whl >>"$BUILD-wheel.log" 2>&1 &&
+   PYTHONPATH="$wheels/site" MASTER_ADDR=127.0.0.1 MASTER_PORT=29533 timeout 60 "$PY" -c '
+import sys, torch, torch.distributed as dist
+dist.init_process_group("accl", rank=0, world_size=1)
+x = torch.ones(1 << 20, device="cuda")
+dist.all_reduce(x)
+assert x.sum().item() == 1 << 20, x.sum().item()
+import accl
+assert accl.__file__.startswith(sys.argv[1]), accl.__file__
+dist.destroy_process_group()' "$wheels/site" >>"$BUILD-wheel.log" 2>&1; then
+  say PASS "wheel built against torch $("$PY" -c 'import torch; print(torch.__version__)'), installed alone, serves cuda tensors"
+else
+  say FAIL "wheel: see $BUILD-wheel.log"
+fi
 exit $status

@@ -1,6 +1,6 @@
 """The torch backend on one GPU (issue 3, part 5): init_process_group("accl") serves cuda tensors
 through accl's nccl backend, every collective matches torch computed on the same device, the
-caller's stream order holds, and one DDP step matches the step computed without DDP.
+caller's stream order holds, and DDP and FSDP2 steps match the steps computed without them.
 World size 1: NCCL runs one rank per GPU. Prints one PASS/FAIL line per check."""
 
 import os
@@ -104,6 +104,33 @@ def ddp_step():
         torch.testing.assert_close(p, q)
 
 
+def fsdp_step():
+    """FSDP2 (fully_shard) on cuda: its all-gathers and reduce-scatters run on streams of its own
+    with async ops. Three Adam steps must match the same steps without FSDP."""
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    ref = ref.cuda()
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    model.load_state_dict(ref.state_dict())
+    model = model.cuda()
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    ropt = torch.optim.Adam(ref.parameters(), lr=1e-2)
+    for _ in range(3):
+        x = torch.randn(16, 32, device="cuda")
+        for m, o in ((model, opt), (ref, ropt)):
+            o.zero_grad()
+            m(x).square().mean().backward()
+            o.step()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.full_tensor(), q)
+
+
 def timing():
     """all_reduce through the accl group against torch's own nccl group, same process, same
     tensors: median of 5 rounds of mean time per call, host clock around a synchronized loop."""
@@ -138,6 +165,7 @@ def main():
     check("tensors on two devices in one call are refused", mixed_devices_rejected)
     check("cpu tensors in the same group", cpu_still_served)
     check("DDP step on cuda matches the step without DDP", ddp_step)
+    check("FSDP2 steps on cuda match the steps without FSDP", fsdp_step)
     check("timing against torch's nccl group (INFO lines above)", timing)
     dist.destroy_process_group()
     return status
