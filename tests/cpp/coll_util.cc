@@ -1,5 +1,6 @@
 #include "coll_util.h"
 
+#include <cstdio>
 #include <cstring>
 #include <set>
 
@@ -26,6 +27,18 @@ void sanityAllReduce(Ctx& c, const std::string& after) {
       break;
     }
   }
+}
+
+acclComm_t initWithTimeout(Ctx& c, int id, double seconds) {
+  acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
+  cfg.timeout = seconds;
+  acclComm_t comm = nullptr;
+  ACCL_OK(acclCommInitRankConfig(&comm, c.nranks, c.ids[id], c.rank, &cfg));
+  c.comm = comm;
+  char what[64];
+  snprintf(what, sizeof what, "init with a %g s timeout", seconds);
+  sanityAllReduce(c, what);
+  return comm;
 }
 
 bool acceptResult(Ctx& c, acclResult_t r, acclDataType_t dt, const std::string& what) {

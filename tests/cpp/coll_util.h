@@ -15,6 +15,10 @@ namespace at {
 // An all-reduce of a few int32 that must succeed and be right: "the communicator still works".
 void sanityAllReduce(Ctx& c, const std::string& after);
 
+// Makes the communicator of c.ids[id] with a timeout of `seconds`, checks it with
+// sanityAllReduce and makes it c.comm; returns it.
+acclComm_t initWithTimeout(Ctx& c, int id, double seconds);
+
 // Handles the result of a collective: true to go on and check the data. For fp8 types a
 // failure is accepted if it carries a message (the backend may not support fp8); then the
 // communicator must still work and false is returned. Any other failure is fatal.

@@ -197,12 +197,7 @@ int timeoutCase(const CaseArgs& args, bool useAbort) {
   RunOpts o;
   o.initComm = false;
   bool ok = runRanks(args.nranks, args.mode, [useAbort](Ctx& c) {
-    acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
-    cfg.timeout = 2.0;
-    acclComm_t comm = nullptr;
-    ACCL_OK(acclCommInitRankConfig(&comm, c.nranks, c.ids[0], c.rank, &cfg));
-    c.comm = comm;
-    sanityAllReduce(c, "init with a 2 s timeout");
+    acclComm_t comm = initWithTimeout(c, 0, 2.0);
     if (c.rank == 0) {
       std::vector<float> s(1024, 1.0f), d(1024, 0.0f);
       double t0 = now();
@@ -306,12 +301,7 @@ TEST_CASE(abort_blocked) {
   RunOpts o;
   o.initComm = false;
   bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
-    acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
-    cfg.timeout = 30.0;
-    acclComm_t comm = nullptr;
-    ACCL_OK(acclCommInitRankConfig(&comm, c.nranks, c.ids[0], c.rank, &cfg));
-    c.comm = comm;
-    sanityAllReduce(c, "init");
+    acclComm_t comm = initWithTimeout(c, 0, 30.0);
     if (c.rank == 0) {
       std::vector<float> s(1 << 16, 1.0f), d(1 << 16, 0.0f);
       std::atomic<int> done{0};
@@ -443,12 +433,7 @@ TEST_CASE(timeout_group) {
   RunOpts o;
   o.initComm = false;
   bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
-    acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
-    cfg.timeout = 2.0;
-    acclComm_t comm = nullptr;
-    ACCL_OK(acclCommInitRankConfig(&comm, c.nranks, c.ids[0], c.rank, &cfg));
-    c.comm = comm;
-    sanityAllReduce(c, "init with a 2 s timeout");
+    acclComm_t comm = initWithTimeout(c, 0, 2.0);
     if (c.rank == 0) {
       const size_t count = size_t(1) << 20;
       Buf s(count), d(count);
@@ -524,12 +509,7 @@ TEST_CASE(peer_death) {
   RunOpts o;
   o.initComm = false;
   bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
-    acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
-    cfg.timeout = 5.0;
-    acclComm_t comm = nullptr;
-    ACCL_OK(acclCommInitRankConfig(&comm, c.nranks, c.ids[0], c.rank, &cfg));
-    c.comm = comm;
-    sanityAllReduce(c, "init");
+    acclComm_t comm = initWithTimeout(c, 0, 5.0);
     c.oobBarrier();
     if (c.rank == 1) {
       std::fflush(nullptr);
@@ -624,12 +604,7 @@ TEST_CASE(abort_peer) {
   RunOpts o;
   o.initComm = false;
   bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
-    acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
-    cfg.timeout = 30.0;
-    acclComm_t comm = nullptr;
-    ACCL_OK(acclCommInitRankConfig(&comm, c.nranks, c.ids[0], c.rank, &cfg));
-    c.comm = comm;
-    sanityAllReduce(c, "init");
+    acclComm_t comm = initWithTimeout(c, 0, 30.0);
     c.comm = nullptr;
     if (c.rank == c.nranks - 1) {
       sleepFor(0.5);

@@ -317,12 +317,7 @@ TEST_CASE(p2p_bad_buffer) {
     for (int k = 0; k < 2; ++k) {
       const size_t bytes = sizes[k];
       const bool pulled = bytes >= (size_t(4) << 20);  // then rank 1's own copy fails
-      acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
-      cfg.timeout = 20.0;
-      acclComm_t comm = nullptr;
-      ACCL_OK(acclCommInitRankConfig(&comm, c.nranks, c.ids[k], c.rank, &cfg));
-      c.comm = comm;
-      sanityAllReduce(c, "init");
+      acclComm_t comm = initWithTimeout(c, k, 20.0);
       Buf s(bytes);
       void* r = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       REQUIRE(r != MAP_FAILED);
@@ -370,12 +365,7 @@ TEST_CASE(p2p_mismatch) {
     const size_t sizes[] = {300007, 1100007}, expected = 1000;  // int32 elements
     for (int k = 0; k < 2; ++k) {
       const size_t sent = sizes[k];
-      acclConfig_t cfg = ACCL_CONFIG_INITIALIZER;
-      cfg.timeout = 3.0;
-      acclComm_t comm = nullptr;
-      ACCL_OK(acclCommInitRankConfig(&comm, c.nranks, c.ids[k], c.rank, &cfg));
-      c.comm = comm;
-      sanityAllReduce(c, "init");
+      acclComm_t comm = initWithTimeout(c, k, 3.0);
       if (c.rank == 0) {
         Buf s(sent * 4);
         fillPat(s.data(), s.bytes(), 0, 170);

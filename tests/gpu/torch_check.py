@@ -84,43 +84,18 @@ def cpu_still_served():
     assert t.tolist() == [1.0] * 5
 
 
-def ddp_step():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
-    model = model.cuda()
-    ref = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
-    ref.load_state_dict(model.state_dict())
-    ref = ref.cuda()
-    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[0])
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
-    for _ in range(3):
-        x = torch.randn(32, 64, device="cuda")
-        for m, o in ((ddp, opt), (ref, ropt)):
-            o.zero_grad()
-            m(x).square().mean().backward()
-            o.step()
-    for p, q in zip(ddp.module.parameters(), ref.parameters()):
-        torch.testing.assert_close(p, q)
-
-
-def fsdp_step():
-    """FSDP2 (fully_shard) on cuda: its all-gathers and reduce-scatters run on streams of its own
-    with async ops. Three Adam steps must match the same steps without FSDP."""
-    from torch.distributed.fsdp import fully_shard
+def steps_match(wrap, optimizer, full=lambda p: p):
+    """Three steps of a small model wrapped by `wrap` against the same steps without it, on cuda;
+    `full` gives a parameter of the wrapped model whole."""
+    def mlp():
+        return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
 
     torch.manual_seed(0)
-    ref = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
-    ref = ref.cuda()
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    ref = mlp().cuda()
+    model = mlp()
     model.load_state_dict(ref.state_dict())
-    model = model.cuda()
-    for layer in model:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    ropt = torch.optim.Adam(ref.parameters(), lr=1e-2)
+    model = wrap(model.cuda())
+    opt, ropt = optimizer(model.parameters()), optimizer(ref.parameters())
     for _ in range(3):
         x = torch.randn(16, 32, device="cuda")
         for m, o in ((model, opt), (ref, ropt)):
@@ -128,7 +103,26 @@ def fsdp_step():
             m(x).square().mean().backward()
             o.step()
     for p, q in zip(model.parameters(), ref.parameters()):
-        torch.testing.assert_close(p.full_tensor(), q)
+        torch.testing.assert_close(full(p), q)
+
+
+def ddp_step():
+    steps_match(lambda m: torch.nn.parallel.DistributedDataParallel(m, device_ids=[0]),
+                lambda params: torch.optim.SGD(params, lr=0.1))
+
+
+def fsdp_step():
+    """FSDP2 (fully_shard): its all-gathers and reduce-scatters run on streams of its own, as
+    async ops."""
+    from torch.distributed.fsdp import fully_shard
+
+    def shard(model):
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer)
+        return fully_shard(model)
+
+    steps_match(shard, lambda params: torch.optim.Adam(params, lr=1e-2), lambda p: p.full_tensor())
 
 
 def timing():
