@@ -125,25 +125,45 @@ def fsdp_step():
     steps_match(shard, lambda params: torch.optim.Adam(params, lr=1e-2), lambda p: p.full_tensor())
 
 
+def in_flight():
+    """16 ops in flight at once, each writing 64 MiB: every wait() returns once the device has
+    written that op's output, and the outputs are each op's own."""
+    ins = [torch.full((1 << 24,), float(i), device="cuda") for i in range(16)]
+    outs = [torch.empty_like(x) for x in ins]
+    works = [dist.all_gather_into_tensor(o, x, async_op=True) for o, x in zip(outs, ins)]
+    for i, (w, o) in enumerate(zip(works, outs)):
+        w.wait()
+        assert o[0].item() == i and o[-1].item() == i, (i, o[0].item(), o[-1].item())
+
+
 def timing():
     """all_reduce through the accl group against torch's own nccl group, same process, same
-    tensors: median of 5 rounds of mean time per call, host clock around a synchronized loop."""
+    tensors: median of 5 rounds of mean time per call, host clock around a synchronized loop of
+    calls that each wait (sync), or of calls with async_op=True waited for at the end (async)."""
     nccl = dist.new_group(backend="nccl")
-    for nbytes, iters in ((8, 300), (64 << 20, 20)):
+
+    def run(group, x, iters, wait_each):
+        if wait_each:
+            for _ in range(iters):
+                dist.all_reduce(x, group=group)
+        else:
+            for w in [dist.all_reduce(x, group=group, async_op=True) for _ in range(iters)]:
+                w.wait()
+
+    for nbytes, iters, wait_each in ((8, 300, True), (64 << 20, 20, True), (8, 300, False)):
         x = torch.ones(nbytes // 4, device="cuda")
         rounds = {"accl": [], "nccl": []}
         for _ in range(5):
             for name, group in (("accl", None), ("nccl", nccl)):
-                dist.all_reduce(x, group=group)
+                run(group, x, 1, True)
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
-                for _ in range(iters):
-                    dist.all_reduce(x, group=group)
+                run(group, x, iters, wait_each)
                 torch.cuda.synchronize()
                 rounds[name].append((time.perf_counter() - t0) / iters * 1e6)
         a, n = statistics.median(rounds["accl"]), statistics.median(rounds["nccl"])
-        print(f"INFO  torch all_reduce {nbytes} B: accl group {a:.1f} us, nccl group {n:.1f} us "
-              f"(ratio {a / n:.2f})")
+        print(f"INFO  torch all_reduce {nbytes} B, {'sync' if wait_each else 'async'}: accl group "
+              f"{a:.1f} us, nccl group {n:.1f} us (ratio {a / n:.2f})")
 
 
 def main():
@@ -160,6 +180,7 @@ def main():
     check("cpu tensors in the same group", cpu_still_served)
     check("DDP step on cuda matches the step without DDP", ddp_step)
     check("FSDP2 steps on cuda match the steps without FSDP", fsdp_step)
+    check("16 ops in flight complete in order, each with its own output", in_flight)
     check("timing against torch's nccl group (INFO lines above)", timing)
     dist.destroy_process_group()
     return status
