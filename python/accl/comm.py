@@ -124,6 +124,16 @@ def _inplace(obj: Any, name: str) -> tuple[Any, int, int, int]:
     return view, ptr, n, dt
 
 
+def _same_size(x: Any, out: Any) -> tuple[Any, int, Any, int, int, int]:
+    """x, and out (default x) of its size and type: views and addresses of both, count, type."""
+    if out is None:
+        xv, xp, n, dt = _inplace(x, "x")
+        return xv, xp, xv, xp, n, dt
+    xv, xp, n, dt, _ = parse(x, "x")
+    ov, op_ = _output(out, "out", n, dt)
+    return xv, xp, ov, op_, n, dt
+
+
 def _blocks(name: str, count: int, size: int) -> int:
     if count % size:
         raise InvalidArgumentError(
@@ -318,12 +328,7 @@ class Communicator:
             return x if out is None else out
         comm = self._live()
         res = x if out is None else out
-        if out is None:
-            xv, xp, n, dt = _inplace(x, "x")
-            ov, op_ = xv, xp
-        else:
-            xv, xp, n, dt, _ = parse(x, "x")
-            ov, op_ = _output(out, "out", n, dt)
+        xv, xp, ov, op_, n, dt = _same_size(x, out)
         wdt, wop = _reduction(dt, op)
         if _group.depth:
             _group.keep.append((xv, ov))
@@ -364,14 +369,9 @@ class Communicator:
             xv, xp, n, dt, _ = parse(x, "x")
             ov, op_ = xv, xp  # recvbuff is unused off the root
             res = None
-        elif out is None:
-            xv, xp, n, dt = _inplace(x, "x")
-            ov, op_ = xv, xp
-            res = x
         else:
-            xv, xp, n, dt, _ = parse(x, "x")
-            ov, op_ = _output(out, "out", n, dt)
-            res = out
+            xv, xp, ov, op_, n, dt = _same_size(x, out)
+            res = x if out is None else out
         wdt, wop = _reduction(dt, op)
         if _group.depth:
             _group.keep.append((xv, ov))
@@ -435,14 +435,8 @@ class Communicator:
     def all_to_all(self, x: Any, out: Any = None) -> Any:
         """x holds size blocks; block j of rank i lands in block i of rank j's out (default x)."""
         comm = self._live()
-        if out is None:
-            xv, xp, n, dt = _inplace(x, "x")
-            ov, op_ = xv, xp
-            res = x
-        else:
-            xv, xp, n, dt, _ = parse(x, "x")
-            ov, op_ = _output(out, "out", n, dt)
-            res = out
+        xv, xp, ov, op_, n, dt = _same_size(x, out)
+        res = x if out is None else out
         k = _blocks("x", n, self._size)
         if _group.depth:
             _group.keep.append((xv, ov))

@@ -198,6 +198,16 @@ void runBody(Ctx& c, const std::function<void(Ctx&)>& body, const RunOpts& o) {
   }
 }
 
+// ACCL_TEST_NODES=k: the ranks pretend to be on k hosts (blocks of consecutive ranks; "k:rr"
+// deals them round-robin), so the multi-node paths run over loopback TCP.
+void pretendNode(int r, int n) {
+  if (const char* nodes = std::getenv("ACCL_TEST_NODES")) {
+    int k = std::max(1, std::atoi(nodes));
+    int node = std::strstr(nodes, ":rr") ? r % k : r * k / n;
+    setenv("ACCL_HOSTID", ("testnode" + std::to_string(node)).c_str(), 1);
+  }
+}
+
 constexpr double kGraceAfterFailure = 20.0;
 
 bool runProcs(int n, const std::function<void(Ctx&)>& body, const RunOpts& o) {
@@ -220,13 +230,7 @@ bool runProcs(int n, const std::function<void(Ctx&)>& body, const RunOpts& o) {
       g_failures.store(0);
       g_firstFailure.store(0.0);
       setRankLabel(r);
-      // ACCL_TEST_NODES=k: the ranks pretend to be on k hosts (blocks of consecutive ranks;
-      // "k:rr" deals them round-robin), so the multi-node paths run over loopback TCP.
-      if (const char* nodes = std::getenv("ACCL_TEST_NODES")) {
-        int k = std::max(1, std::atoi(nodes));
-        int node = std::strstr(nodes, ":rr") ? r % k : r * k / n;
-        setenv("ACCL_HOSTID", ("testnode" + std::to_string(node)).c_str(), 1);
-      }
+      pretendNode(r, n);
       Ctx c;
       c.rank = r;
       c.nranks = n;
@@ -331,13 +335,7 @@ bool runThreads(int n, const std::function<void(Ctx&)>& body, const RunOpts& o) 
   for (int r = 0; r < n; ++r) {
     ts.emplace_back([&, r] {
       setRankLabel(r);
-      // ACCL_TEST_NODES=k: the ranks pretend to be on k hosts (blocks of consecutive ranks;
-      // "k:rr" deals them round-robin), so the multi-node paths run over loopback TCP.
-      if (const char* nodes = std::getenv("ACCL_TEST_NODES")) {
-        int k = std::max(1, std::atoi(nodes));
-        int node = std::strstr(nodes, ":rr") ? r % k : r * k / n;
-        setenv("ACCL_HOSTID", ("testnode" + std::to_string(node)).c_str(), 1);
-      }
+      pretendNode(r, n);
       Ctx c;
       c.rank = r;
       c.nranks = n;

@@ -28,6 +28,8 @@ struct CollArgs {
 // out (two barriers per step; each byte is reduced once).
 void allReduceDirect(ShmComm& c, const CollArgs& a);
 void allReduceSplit(ShmComm& c, const CollArgs& a);
+// split, with the parts copied out by `root` only (every rank when negative): reduce, split.
+void reduceSplitTo(ShmComm& c, const CollArgs& a, int root);
 // cma: each rank reduces 1/n, reading its part of the peers' inputs and writing the result into
 // their outputs directly (single copy; ShmComm::cma).
 void allReduceCma(ShmComm& c, const CollArgs& a);

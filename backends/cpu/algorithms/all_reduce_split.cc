@@ -1,6 +1,7 @@
 // All-reduce, split: per step, every rank copies its chunk into its slot; after a barrier rank r
 // reduces part r of the chunk across all slots, in place in its own slot; after a second barrier
-// every rank copies all parts out. Each byte is reduced once, by one rank.
+// every rank copies all parts out. Each byte is reduced once, by one rank. Reduce, split, is the
+// same but for the last step, which only its root takes.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -12,7 +13,7 @@
 namespace accl {
 namespace cpu {
 
-void allReduceSplit(ShmComm& c, const CollArgs& a) {
+void reduceSplitTo(ShmComm& c, const CollArgs& a, int root) {
   const size_t es = typeSize(a.type), chunk = c.slotBytes() / es;
   const int n = c.nranks(), me = c.rank();
   const void** srcs = c.sources();
@@ -27,6 +28,7 @@ void allReduceSplit(ShmComm& c, const CollArgs& a) {
     // Only this rank touches part `me` of any slot in this phase, so it may overwrite its own.
     reduce(c.slot(set, me) + b * es, srcs, n, e - b, a.type, a.op);
     c.barrier();
+    if (root >= 0 && me != root) continue;
     char* out = static_cast<char*>(a.recv) + off * es;
     for (int r = 0; r < n; ++r) {
       partRange(len, r, n, es, &b, &e);
@@ -34,6 +36,8 @@ void allReduceSplit(ShmComm& c, const CollArgs& a) {
     }
   }
 }
+
+void allReduceSplit(ShmComm& c, const CollArgs& a) { reduceSplitTo(c, a, -1); }
 
 }  // namespace cpu
 }  // namespace accl

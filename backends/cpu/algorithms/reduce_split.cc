@@ -1,37 +1,11 @@
-// Reduce, split: as all-reduce split, but only the root copies the reduced parts out.
-#include <algorithm>
-#include <cstring>
-#include <vector>
-
+// Reduce, split: all-reduce split (all_reduce_split.cc), where only the root copies the reduced
+// parts out.
 #include "algorithms/algorithms.h"
-#include "reduce.h"
-#include "types.h"
 
 namespace accl {
 namespace cpu {
 
-void reduceSplit(ShmComm& c, const CollArgs& a) {
-  const size_t es = typeSize(a.type), chunk = c.slotBytes() / es;
-  const int n = c.nranks(), me = c.rank();
-  const void** srcs = c.sources();
-  size_t b, e;
-  for (size_t off = 0; off < a.count; off += chunk) {
-    size_t len = std::min(chunk, a.count - off);
-    int set = c.nextSet();
-    copyToSlot(c.slot(set, me), static_cast<const char*>(a.send) + off * es, len * es);
-    c.barrier();
-    partRange(len, me, n, es, &b, &e);
-    for (int r = 0; r < n; ++r) srcs[r] = c.slot(set, r) + b * es;
-    reduce(c.slot(set, me) + b * es, srcs, n, e - b, a.type, a.op);
-    c.barrier();
-    if (me != a.root) continue;
-    char* out = static_cast<char*>(a.recv) + off * es;
-    for (int r = 0; r < n; ++r) {
-      partRange(len, r, n, es, &b, &e);
-      memcpy(out + b * es, c.slot(set, r) + b * es, (e - b) * es);
-    }
-  }
-}
+void reduceSplit(ShmComm& c, const CollArgs& a) { reduceSplitTo(c, a, a.root); }
 
 }  // namespace cpu
 }  // namespace accl
