@@ -111,7 +111,10 @@ def run_ranks(
         raise AssertionError("\n".join(errors))
     codes = [p.exitcode for p in procs]
     assert codes == [0] * size, f"exit codes {codes}"
-    left = shm_segments() - before
+    # A segment is named after its creator's pid: only the ranks' own count, so that another
+    # job's (a test suite run beside this one) is not taken for a leak.
+    pids = {str(p.pid) for p in procs}
+    left = {s for s in shm_segments() - before if s.rsplit("-", 1)[-1] in pids}
     assert not left, f"shared memory left behind: {sorted(left)}"
     return results
 
