@@ -104,7 +104,8 @@ bool progressShm(P2pOp& op, bool receiving, bool read) {
       }
       if (single && !posted && (receiving || op.bytes > kP2pBufs * cb)) {
         // A large message, which the receiver would read once posted, is offered at once: the
-        // receiver reads it as soon as it posts, instead of when the sender next looks (4 ranks
+        // receiver reads it as soon as it posts (into whatever memory: the sender cannot know
+        // yet whether it is shared host memory), instead of when the sender next looks (4 ranks
         // on the 2 cores, out of place, medians of 6-8 alternating launches, 2026-12-04: 0.80-0.91
         // of the time at 4-8 MiB; level at 2 ranks). Smaller ones wait: offered, they took
         // 0.84-1.17 of the time below 1 MiB and 1.4x at 1-2 MiB at 4 ranks, and 1.5-2x at

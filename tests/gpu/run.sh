@@ -56,4 +56,5 @@ dist.destroy_process_group()' "$wheels/site" >>"$BUILD-wheel.log" 2>&1; then
 else
   say FAIL "wheel: see $BUILD-wheel.log"
 fi
+rm -rf "$wheels"
 exit $status
