@@ -40,6 +40,13 @@ std::string receiveName(const P2pOp& op) {
   return op.internal ? "a receive" : format("acclRecv #%llu", (unsigned long long)op.seq);
 }
 
+// The receive `op` met a message of `sent` bytes.
+[[noreturn]] void sizesDiffer(const P2pOp& op, uint64_t sent) {
+  ACCL_THROW(acclRemoteError, "%s expects %zu bytes from rank %d, which sent a message of %llu "
+             "bytes: sends and receives do not match",
+             receiveName(op).c_str(), op.bytes, op.peer, (unsigned long long)sent);
+}
+
 // Makes the single copy of message `op` (`copy`) and says in `flag` that it is done, or that it
 // failed: the peer waits for that flag and would otherwise wait until its timeout.
 template <class Copy>
@@ -146,9 +153,7 @@ bool progressShm(P2pOp& op, bool receiving, bool read) {
       if (!read) return false;
       if (ch.offerBytes != op.bytes) {
         ch.taken.store((op.msg + 1) | kCopyFailed, std::memory_order_release);
-        ACCL_THROW(acclRemoteError, "%s expects %zu bytes from rank %d, which sent a message of "
-                   "%llu bytes: sends and receives do not match",
-                   receiveName(op).c_str(), op.bytes, op.peer, (unsigned long long)ch.offerBytes);
+        sizesDiffer(op, ch.offerBytes);
       }
       singleCopy(op, ch.taken, [&] { c.offerRead(op.local, ch.offerAddr, op.buf, op.bytes); });
       return true;
@@ -162,10 +167,7 @@ bool progressShm(P2pOp& op, bool receiving, bool read) {
       uint64_t head = ch.head.load(std::memory_order_relaxed);  // written only by this rank
       if (head == ch.tail.load(std::memory_order_acquire)) break;
       int i = head % kP2pBufs;
-      if (ch.msgBytes[i] != op.bytes)
-        ACCL_THROW(acclRemoteError, "%s expects %zu bytes from rank %d, which sent a message of "
-                   "%llu bytes: sends and receives do not match",
-                   receiveName(op).c_str(), op.bytes, op.peer, (unsigned long long)ch.msgBytes[i]);
+      if (ch.msgBytes[i] != op.bytes) sizesDiffer(op, ch.msgBytes[i]);
       size_t off = op.done * cb;
       memcpy(op.buf + off, c.channelBuf(op.local, me, i), std::min(cb, op.bytes - off));
       ch.head.store(head + 1, std::memory_order_release);
