@@ -98,10 +98,17 @@ bool progressShm(P2pOp& op, bool receiving, bool read) {
       // receiver, as a lone send always did.
       const bool single = c.cma() && op.bytes >= c.cmaMin(kSendRecv);
       const bool posted = single && ch.posted.load(std::memory_order_acquire) == op.msg + 1;
+      // With more ranks than cores every message is read by its receiver, as Open MPI's are:
+      // the sender offers its buffer and goes on, where a write would wait for the receiver to
+      // post and then for the sender to be scheduled again (4 ranks bound two to a core, 6
+      // alternating launches, 2026-12-04: out of place 0.64-0.96 of the time at 32 KiB-2 MiB,
+      // in place 0.80-0.97; level at 4 MiB, which was read already).
+      const bool reads = c.oversubscribed();
       if (single && posted && ch.postBytes == op.bytes) {  // else the receiver reports the sizes
         // Large messages are read by the receiver, and so is every copy of a send in place
         // (copyInPlaceSends says why), unless it goes into shared host memory.
-        if (op.copied ? !ch.postRegion.id : ShmComm::pullsInto(op.bytes, ch.postRegion)) {
+        if (op.copied ? !ch.postRegion.id
+                      : reads || ShmComm::pullsInto(op.bytes, ch.postRegion)) {
           offer(op, ch);
           return true;
         }
@@ -114,10 +121,10 @@ bool progressShm(P2pOp& op, bool receiving, bool read) {
         // receiver reads it as soon as it posts (into whatever memory: the sender cannot know
         // yet whether it is shared host memory), instead of when the sender next looks (4 ranks
         // on the 2 cores, out of place, medians of 6-8 alternating launches, 2026-12-04: 0.80-0.91
-        // of the time at 4-8 MiB; level at 2 ranks). Smaller ones wait: offered, they took
-        // 0.84-1.17 of the time below 1 MiB and 1.4x at 1-2 MiB at 4 ranks, and 1.5-2x at
-        // 64-256 KiB at 2 ranks, where the receiver's read is slower than the sender's write.
-        if (op.bytes < ShmComm::kPullBytes) return false;
+        // of the time at 4-8 MiB; level at 2 ranks). So is every message the receiver reads
+        // (`reads`). Smaller ones wait at 2 ranks: offered, they took 1.5-2x as long at
+        // 64-256 KiB, where the receiver's read is slower than the sender's write.
+        if (op.bytes < ShmComm::kPullBytes && !reads) return false;
         offer(op, ch);
         return true;
       }

@@ -23,7 +23,7 @@ import tempfile
 from collections import defaultdict
 
 from . import _types as t
-from . import perf
+from . import launch, perf
 from ._env import rank_info
 
 _PREFIX = re.compile(r"^\[\d+\] ")  # accl.launch's rank prefix
@@ -65,17 +65,21 @@ def _mpirun() -> str | None:
 
 def launch_cmd(library: str, n: int, args: list[str]) -> list[str]:
     sweep = [sys.executable, "-m", "accl.perf", *args, "--library", library]
-    # Bind one rank per core where they fit, as accl.launch does; with more ranks than cores,
-    # bind none (mpirun refuses to oversubscribe unless told).
+    # Every library's ranks are placed as accl.launch places them: one per core where they fit,
+    # else one core each, neighbouring ranks on the same one (ranks 0 and 1 on the first core).
     fits = n <= len(os.sched_getaffinity(0))
     if library == "mpich":
         # mpi4py loads whichever MPI library MPI4PY_LIBMPI names; Hydra passes it to the ranks.
-        return [_mpich("bin/mpiexec"), "-n", str(n), *(["-bind-to", "core"] if fits else []),
+        cores = ",".join(str(min(s)) for s in launch.shares(n))
+        return [_mpich("bin/mpiexec"), "-n", str(n),
+                "-bind-to", "core" if fits else f"user:{cores}",
                 "-genv", "MPI4PY_LIBMPI", _mpich("lib/libmpi.so.12"), *sweep]
     if library != "mpi":  # accl, gloo, torch-accl and oneccl
         return [sys.executable, "-m", "accl.launch", "-n", str(n), *sweep]
-    cmd = [_mpirun() or "mpirun", "-n", str(n),
-           *(["--bind-to", "core"] if fits else ["--oversubscribe"])]
+    # Mapped by core with more ranks than cores, Open MPI fills each core in turn.
+    cmd = [_mpirun() or "mpirun", "-n", str(n), "--bind-to", "core"] if fits else [
+        _mpirun() or "mpirun", "-n", str(n), "--map-by", "core:OVERSUBSCRIBE",
+        "--bind-to", "core:overload-allowed"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     # ob1 with the self and sm (Open MPI 5's name for vader) transports: shared memory only.

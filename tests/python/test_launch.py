@@ -145,6 +145,8 @@ def test_ranks_are_bound_to_shares_of_the_cpus():
     got = _affinities("-n", str(n))
     want = {r: cpus[r * len(cpus) // n:(r + 1) * len(cpus) // n] for r in range(n)}
     assert got == want
-    # More ranks than CPUs, or --bind none: the scheduler places them.
-    assert _affinities("-n", str(len(cpus) + 1)) == {r: cpus for r in range(len(cpus) + 1)}
+    # More ranks than CPUs: one CPU each, neighbours together (3 ranks on 2 CPUs: 0, 0, 1).
+    n = len(cpus) + 1
+    assert _affinities("-n", str(n)) == {r: [cpus[r * len(cpus) // n]] for r in range(n)}
+    # --bind none: the scheduler places them.
     assert _affinities("--bind", "none", "-n", str(n)) == {r: cpus for r in range(n)}
