@@ -72,8 +72,9 @@ constexpr uint64_t kCopyFailed = uint64_t(1) << 63;
 // the receiver posts where it waits for message m (messages are counted on each side, from 0),
 // and a sender that finds that post when it starts message m writes there and says so, or, for
 // a large message (any message with more ranks than cores), offers its own buffer, which the
-// receiver reads; such a message is offered before the post too. Offers have a field of their own: an offer of message m + 1 in `written`
-// could replace the word that message m was written before the receiver had seen it.
+// receiver reads; such a message is offered before the post too. Offers have a field of their
+// own: an offer of message m + 1 in `written` could replace the word that message m was written
+// before the receiver had seen it.
 // Each line is written by one side only; a small message moves the sender's line and the data
 // one way and the head back.
 struct alignas(64) ChannelCtrl {

@@ -70,16 +70,15 @@ def launch_cmd(library: str, n: int, args: list[str]) -> list[str]:
     fits = n <= len(os.sched_getaffinity(0))
     if library == "mpich":
         # mpi4py loads whichever MPI library MPI4PY_LIBMPI names; Hydra passes it to the ranks.
-        cores = ",".join(str(min(s)) for s in launch.shares(n))
-        return [_mpich("bin/mpiexec"), "-n", str(n),
-                "-bind-to", "core" if fits else f"user:{cores}",
+        cores = "core" if fits else "user:" + ",".join(str(min(s)) for s in launch.shares(n))
+        return [_mpich("bin/mpiexec"), "-n", str(n), "-bind-to", cores,
                 "-genv", "MPI4PY_LIBMPI", _mpich("lib/libmpi.so.12"), *sweep]
     if library != "mpi":  # accl, gloo, torch-accl and oneccl
         return [sys.executable, "-m", "accl.launch", "-n", str(n), *sweep]
     # Mapped by core with more ranks than cores, Open MPI fills each core in turn.
-    cmd = [_mpirun() or "mpirun", "-n", str(n), "--bind-to", "core"] if fits else [
-        _mpirun() or "mpirun", "-n", str(n), "--map-by", "core:OVERSUBSCRIBE",
-        "--bind-to", "core:overload-allowed"]
+    place = ["--bind-to", "core"] if fits else [
+        "--map-by", "core:OVERSUBSCRIBE", "--bind-to", "core:overload-allowed"]
+    cmd = [_mpirun() or "mpirun", "-n", str(n), *place]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     # ob1 with the self and sm (Open MPI 5's name for vader) transports: shared memory only.
