@@ -199,6 +199,13 @@ bool progressShm(P2pOp& op, bool receiving, bool read) {
 // and 1.2-1.3x slower at 4 MiB (386-405 against 296-332 us). In alternating launches no launch
 // was slow in 12 against 4 of 12 written, at 2 and at 4 ranks on the 2 cores (docs/algorithms.md,
 // "Lines that cross between the cores").
+// The receiver read a cached copy 1.4-4.3x slower than the streamed one at 8-256 KiB too (2 ranks,
+// 2026-12-05).
+// A message that goes through the channel's buffers instead (below the single-copy threshold)
+// is copied there by this rank, from a copy that stays in its cache. From a streamed one, which
+// it read back from memory, an exchange in place took 0.3-2.0 us longer than out of place at
+// 128 B-8 KiB (4 ranks, 3 alternating launches, 2026-12-05; -0.3 to +0.5 us from a cached copy;
+// level at 8-32 B, where no whole line is streamed).
 void copyInPlaceSends(std::vector<P2pOp>& ops) {
   // Each communicator's copies share its aside buffer: sized first, then cut up in order.
   struct Aside {
@@ -224,7 +231,9 @@ void copyInPlaceSends(std::vector<P2pOp>& ops) {
   for (P2pOp& s : ops) {
     if (!s.copied) continue;
     Aside& x = asideOf(s);
-    copyUncached(x.next, s.buf, s.bytes, 0);
+    const bool channel = s.local >= 0 && !(x.shm->cma() && s.bytes >= x.shm->cmaMin(kSendRecv));
+    if (channel) memcpy(x.next, s.buf, s.bytes);
+    else copyUncached(x.next, s.buf, s.bytes, 0);
     s.buf = s.net.buf = x.next;
     x.next += footprint(s.bytes);
   }

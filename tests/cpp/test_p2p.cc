@@ -237,8 +237,9 @@ TEST_CASE(sendrecv) {
     // 13. In place: one buffer is sent to rank+1 and receives from rank-1 in one group, from a
     //     copy, which the receiver reads single copy. Below the single-copy size, within the
     //     channel's buffers, beyond them and beyond 4 and 8 MiB; a peer's data must not
-    //     overwrite what this rank has yet to send.
-    for (size_t count : {size_t(4099), size_t(100003), size_t(1153433), size_t(5 << 20) + 3,
+    //     overwrite what this rank has yet to send. Below the single-copy size the copy is
+    //     cached, beyond it streamed; 130 bytes are two whole lines and a part.
+    for (size_t count : {size_t(130), size_t(4099), size_t(100003), size_t(1153433), size_t(5 << 20) + 3,
                          size_t(9 << 20) + 5}) {
       std::string what = "send/recv in place in a group (" + std::to_string(count) + " bytes)";
       Msg b(count, acclUint8);
@@ -282,7 +283,7 @@ TEST_CASE(sendrecv) {
     // 16. An all-to-all in place by sends and receives: block q of one buffer goes to rank q and
     //     is overwritten by rank q's block for this rank. Every send is from a copy, and the
     //     copies of one group share the communicator's aside buffer: none may overlap another.
-    for (size_t block : {size_t(70001), size_t(1153433)}) {
+    for (size_t block : {size_t(3001), size_t(70001), size_t(1153433)}) {
       std::string what =
           "all-to-all in place by send/recv (" + std::to_string(block) + "-byte blocks)";
       Buf b(size_t(c.nranks) * block);
