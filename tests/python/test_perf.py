@@ -145,7 +145,7 @@ def test_buffers_lie_on_whole_huge_pages(dtype, count):
     assert at % perf.HUGE_PAGE == 0
     lo, hi, _ = mapping_of(at)
     assert lo <= at and at + -(-b.nbytes // perf.HUGE_PAGE) * perf.HUGE_PAGE <= hi, (lo, hi, at)
-    assert b.dtype == dtype and b.size == count and not b.any()
+    assert b.dtype == dtype and b.size == count and (b == perf.FILL).all()
     b[:] = 7  # writable to its end
     assert (b == 7).all()
 
