@@ -1,6 +1,7 @@
 // Two processes, one per core, each copying the same number of bytes at the same time, by
-// method: why a peer's shared mapping beats the kernel's copy, and what small pages cost the
-// kernel's copy (docs/algorithms.md, "Shared host memory" and "Page size"). Build and run:
+// method: why a peer's shared mapping beats the kernel's copy, what small pages cost the
+// kernel's copy, and what zeros do to streaming stores (docs/algorithms.md, "Shared host
+// memory", "Page size" and "Copies nobody reads again"). Build and run:
 // g++ -O2 perf/copy_rates.cc -o /tmp/copy_rates && /tmp/copy_rates 32
 // (MiB per process; prints the median of 15 rounds for each method).
 #include <immintrin.h>
@@ -36,14 +37,14 @@ void movsb(char* d, const char* s, size_t n) {
 
 // Private memory at the same address in both processes (so each can name the other's buffer),
 // on huge pages where the kernel allows (`huge`) or on small pages, as numpy's and torch's
-// memory is where transparent huge pages are only advised, written so that every page is this
-// process's own.
-char* privateBuffer(uintptr_t at, size_t n, bool huge = true) {
+// memory is where transparent huge pages are only advised, written (with `fill`) so that every
+// page is this process's own.
+char* privateBuffer(uintptr_t at, size_t n, bool huge = true, int fill = 1) {
   void* p = mmap(reinterpret_cast<void*>(at), n, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
   if (p == MAP_FAILED) { perror("mmap"); exit(1); }
   madvise(p, n, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-  memset(p, 1, n);
+  memset(p, fill, n);
   return static_cast<char*>(p);
 }
 
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
   char* dst = privateBuffer(0x610000000000, n);
   char* srcSmall = privateBuffer(0x620000000000, n, false);
   char* dstSmall = privateBuffer(0x630000000000, n, false);
+  char* zeros = privateBuffer(0x640000000000, n, true, 0);
   auto barrier = [&] {
     char c = 0;
     bool ok = me ? write(up[1], &c, 1) == 1 && read(down[0], &c, 1) == 1
@@ -79,11 +81,12 @@ int main(int argc, char** argv) {
   };
   const char* names[] = {"memcpy", "rep movsb", "streaming stores", "process_vm_writev to the peer",
                          "streaming stores into the peer's shared buffer",
-                         "process_vm_writev to the peer, small pages"};
+                         "process_vm_writev to the peer, small pages",
+                         "streaming stores of zeros"};
   // The methods take turns round by round, so that a drift in the machine's speed reaches all.
-  std::vector<double> us[6];
+  std::vector<double> us[7];
   for (int round = 0; round < 15; ++round) {
-    for (int method = 0; method < 6; ++method) {
+    for (int method = 0; method < 7; ++method) {
       barrier();
       auto t0 = std::chrono::steady_clock::now();
       if (method == 0) memcpy(dst, src, n);
@@ -94,12 +97,13 @@ int main(int argc, char** argv) {
         if (process_vm_writev(peer, &local, 1, &remote, 1, 0) != ssize_t(n)) perror("writev");
       }
       if (method == 4) stream(shared[1 - me], src, n);
+      if (method == 6) stream(dst, zeros, n);
       us[method].push_back(
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     }
   }
   barrier();
-  for (int method = 0; method < 6 && !me; ++method) {
+  for (int method = 0; method < 7 && !me; ++method) {
     std::sort(us[method].begin(), us[method].end());
     printf("%-48s %8.0f us  %6.2f GB/s per process\n", names[method], us[method][7],
            n / us[method][7] / 1e3);
