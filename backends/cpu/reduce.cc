@@ -9,6 +9,7 @@
 #include "errors.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -273,6 +274,21 @@ void copyUncached(void* dst, const void* src, size_t bytes, size_t from) {
     memcpy(d, s, head);
     if (lines) streamLines(d + head, s + head, lines);  // no fence for a copy without a whole line
     memcpy(d + head + lines * 64, s + head + lines * 64, bytes - head - lines * 64);
+    return;
+  }
+#endif
+  memcpy(dst, src, bytes);
+}
+
+void copyOnce(void* dst, const void* src, size_t bytes) {
+  if (bytes >= kUncachedCopyBytes) return copyUncached(dst, src, bytes, kUncachedCopyBytes);
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool erms = [] {  // enhanced rep movsb: CPUID leaf 7, EBX bit 9
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 9));
+  }();
+  if (erms && bytes >= kMovsbCopyBytes) {
+    asm volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(bytes) : : "memory");
     return;
   }
 #endif

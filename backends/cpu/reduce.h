@@ -27,11 +27,18 @@ inline void divide(void* buf, size_t count, acclDataType_t type, int n) {
   reduce(buf, &src, 1, count, type, acclAvg, n);
 }
 
-// memcpy for a block that nobody reads again in this call (a rank's own block of an
-// all-gather, the root's copy of a broadcast): from `from` bytes on, it stores around the caches,
-// so the copy neither reads the destination first nor evicts what the next copy needs.
-constexpr size_t kUncachedCopyBytes = size_t(4) << 20;
-void copyUncached(void* dst, const void* src, size_t bytes, size_t from = kUncachedCopyBytes);
+// memcpy, from `from` bytes on with streaming stores: the copy neither reads the destination
+// first nor evicts from the caches what the next copy needs.
+void copyUncached(void* dst, const void* src, size_t bytes, size_t from);
+
+// The copy of a block that nobody reads again in this call (a rank's own block of an
+// all-gather, the root's copy of a broadcast). From kMovsbCopyBytes `rep movsb`, which does not
+// read the destination first either: glibc's memcpy does above the L2 size on this AMD VM, 3x
+// slower into a destination out of the cache. From kUncachedCopyBytes streaming stores, which
+// beat `rep movsb` once the blocks outgrow the L3 (docs/algorithms.md, "Zeros stream faster").
+constexpr size_t kMovsbCopyBytes = size_t(1) << 20;
+constexpr size_t kUncachedCopyBytes = size_t(8) << 20;
+void copyOnce(void* dst, const void* src, size_t bytes);
 
 // Copy into a staging slot that the peers read next. From kSlotUncachedBytes it streams too,
 // so the readers fetch the lines from memory instead of out of this core's cache: where the

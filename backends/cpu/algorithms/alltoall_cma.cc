@@ -22,7 +22,7 @@ void alltoAllCma(ShmComm& c, const CollArgs& a) {
       if (q != me) copyUncached(aside + q * bytes, send + q * bytes, bytes, 0);
     send = aside;
   } else {
-    copyUncached(recv + me * bytes, send + me * bytes, bytes);
+    copyOnce(recv + me * bytes, send + me * bytes, bytes);
   }
   // The copy aside is streamed to memory and the peers read it, whatever the size, into outputs
   // in their own caches (in place they have just copied them aside too): no line moves between

@@ -28,7 +28,7 @@ void broadcastCma(ShmComm& c, const CollArgs& a) {
   if (c.rank() != a.root) {
     c.cmaRead(a.root, a.recv, root.sendAddr, head);
   } else if (a.send != a.recv) {
-    copyUncached(a.recv, a.send, bytes);
+    copyOnce(a.recv, a.send, bytes);
   } else if (rootShare) {
     const char* tail = static_cast<const char*>(a.send) + head;
     for (int r = 0; r < c.nranks(); ++r)

@@ -17,7 +17,7 @@ namespace cpu {
 void broadcastDirect(ShmComm& c, const CollArgs& a) {
   const size_t es = typeSize(a.type), chunk = c.slotBytes() * c.nranks() / es;
   const bool root = c.rank() == a.root;
-  if (root && a.send != a.recv) copyUncached(a.recv, a.send, a.count * es);
+  if (root && a.send != a.recv) copyOnce(a.recv, a.send, a.count * es);
   if (c.fitsBox(a.count * es)) {  // through the ring of small boxes
     char* box = c.nextBox(root);
     if (root) memcpy(box, a.send, a.count * es);

@@ -29,7 +29,7 @@ void gatherCma(ShmComm& c, const CollArgs& a) {
     for (int q = 0; q < n; ++q)
       if (q != me) c.cmaRead(q, recv + q * bytes, c.peer(q).sendAddr, bytes);
   } else if (a.send != recv + me * bytes) {
-    copyUncached(recv + me * bytes, a.send, bytes);
+    copyOnce(recv + me * bytes, a.send, bytes);
   }
   c.barrier();
 }

@@ -19,7 +19,7 @@ void gatherDirect(ShmComm& c, const CollArgs& a) {
   char* recv = static_cast<char*>(a.recv);
   const bool root = me == a.root;
   if (root && a.send != recv + me * a.count * es)
-    copyUncached(recv + me * a.count * es, a.send, a.count * es);
+    copyOnce(recv + me * a.count * es, a.send, a.count * es);
   if (c.fitsBox(n * a.count * es)) {
     char* box = c.nextBox(!root);
     if (!root) memcpy(box + me * a.count * es, a.send, a.count * es);

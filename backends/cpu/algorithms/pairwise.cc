@@ -51,7 +51,7 @@ void alltoAllPairwise(CpuComm& c, const CollArgs& a) {
     addP2p(ops, c, false, q, recv + q * bytes, bytes);
   }
   if (bytes && send + me * bytes != recv + me * bytes)
-    copyUncached(recv + me * bytes, send + me * bytes, bytes);
+    copyOnce(recv + me * bytes, send + me * bytes, bytes);
   runP2p(ops);
 }
 
@@ -62,7 +62,7 @@ void gatherPairwise(CpuComm& c, const CollArgs& a) {
   std::vector<P2pOp>& ops = c.ops();
   ops.clear();
   if (me == a.root) {
-    if (bytes && a.send != recv + me * bytes) copyUncached(recv + me * bytes, a.send, bytes);
+    if (bytes && a.send != recv + me * bytes) copyOnce(recv + me * bytes, a.send, bytes);
     for (int q = 0; q < n; ++q)
       if (q != me) addP2p(ops, c, false, q, recv + q * bytes, bytes);
   } else {
@@ -78,7 +78,7 @@ void scatterPairwise(CpuComm& c, const CollArgs& a) {
   std::vector<P2pOp>& ops = c.ops();
   ops.clear();
   if (me == a.root) {
-    if (bytes && a.recv != send + me * bytes) copyUncached(a.recv, send + me * bytes, bytes);
+    if (bytes && a.recv != send + me * bytes) copyOnce(a.recv, send + me * bytes, bytes);
     for (int q = 0; q < n; ++q)
       if (q != me) addP2p(ops, c, true, q, send + q * bytes, bytes);
   } else {

@@ -15,7 +15,7 @@ void scatterCma(ShmComm& c, const CollArgs& a) {
   c.publish(a.send, a.recv);
   c.barrier();
   if (me != a.root) c.cmaRead(a.root, a.recv, c.peer(a.root).sendAddr + me * bytes, bytes);
-  else if (a.recv != send + me * bytes) copyUncached(a.recv, send + me * bytes, bytes);
+  else if (a.recv != send + me * bytes) copyOnce(a.recv, send + me * bytes, bytes);
   c.barrier();
 }
 

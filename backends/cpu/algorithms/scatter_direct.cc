@@ -18,7 +18,7 @@ void scatterDirect(ShmComm& c, const CollArgs& a) {
   const char* send = static_cast<const char*>(a.send);
   const bool root = me == a.root;
   if (root && a.recv != send + me * a.count * es)
-    copyUncached(a.recv, send + me * a.count * es, a.count * es);
+    copyOnce(a.recv, send + me * a.count * es, a.count * es);
   if (c.fitsBox(n * a.count * es)) {
     char* box = c.nextBox(root);
     if (root) memcpy(box, send, n * a.count * es);
