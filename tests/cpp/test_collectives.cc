@@ -208,18 +208,21 @@ TEST_CASE(multichunk) {
   return ok ? 0 : 1;
 }
 
-// Blocks from 4 MiB on, where a rank's own block (all-gather, gather, scatter, alltoall) and the
-// root's copy (broadcast) bypass the caches: odd sizes and odd offsets, so the streamed middle
-// has an unaligned head and a short tail on some ranks.
+// Blocks from 1 MiB on, where a rank's own block (all-gather, gather, scatter, alltoall) and the
+// root's copy (broadcast) take `rep movsb`, and from 8 MiB on, where they bypass the caches: odd
+// sizes and odd offsets, so the streamed middle has an unaligned head and a short tail on some
+// ranks.
 TEST_CASE(uncached_copies) {
   bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
     const int n = c.nranks;
-    const size_t odd = (size_t(4) << 20) + 3;  // int8
+    const size_t odd = (size_t(4) << 20) + 3, big = (size_t(8) << 20) + 5;  // int8
     runAllGather(c, acclInt8, odd, false, 21);
     runAllGather(c, acclFloat32, (size_t(1) << 20) + 1, false, 22);
+    runAllGather(c, acclInt8, big, false, 27);
     runBroadcast(c, acclInt8, odd, n - 1, false, 23);
+    runBroadcast(c, acclInt8, big, 0, false, 28);
     runGather(c, acclInt8, odd, n / 2, false, 24);
-    runScatter(c, acclInt8, odd, 0, false, 25);
+    runScatter(c, acclInt8, big, 0, false, 25);
     runAlltoAll(c, acclInt8, odd, false, 26);
     sanityAllReduce(c, "the collectives with uncached copies");
   });

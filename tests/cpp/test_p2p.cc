@@ -239,8 +239,8 @@ TEST_CASE(sendrecv) {
     //     channel's buffers, beyond them and beyond 4 and 8 MiB; a peer's data must not
     //     overwrite what this rank has yet to send. Below the single-copy size the copy is
     //     cached, beyond it streamed; 130 bytes are two whole lines and a part.
-    for (size_t count : {size_t(130), size_t(4099), size_t(100003), size_t(1153433), size_t(5 << 20) + 3,
-                         size_t(9 << 20) + 5}) {
+    for (size_t count : {size_t(130), size_t(4099), size_t(100003), size_t(1153433),
+                         size_t(5 << 20) + 3, size_t(9 << 20) + 5}) {
       std::string what = "send/recv in place in a group (" + std::to_string(count) + " bytes)";
       Msg b(count, acclUint8);
       fillPat(b.buf.data(), count, r, 180);
