@@ -131,13 +131,20 @@ bool progressShm(P2pOp& op, bool receiving, bool read) {
       op.eager = true;
     }
     while (op.done < op.chunks) {
-      uint64_t tail = ch.tail.load(std::memory_order_relaxed);  // written only by this rank
-      if (tail - ch.head.load(std::memory_order_acquire) >= kP2pBufs) break;
-      int i = tail % kP2pBufs;
-      size_t off = op.done * cb;
-      copyToSlot(c.channelBuf(me, op.local, i), op.buf + off, std::min(cb, op.bytes - off));
-      ch.msgBytes[i] = op.bytes;
-      ch.tail.store(tail + 1, std::memory_order_release);
+      const uint64_t tail = ch.tail.load(std::memory_order_relaxed);  // written only by this rank
+      const size_t off = op.done * cb, len = std::min(cb, op.bytes - off);
+      const bool inlined = len <= kInlineBytes;
+      const uint64_t room = inlined ? kP2pSlots : kP2pBufs;
+      if (tail - ch.headSeen >= room) {
+        ch.headSeen = ch.head.load(std::memory_order_acquire);
+        if (tail - ch.headSeen >= room) break;
+      }
+      ChunkSlot& slot = ch.slots[tail % kP2pSlots];
+      if (inlined) memcpy(slot.data, op.buf + off, len);
+      else copyToSlot(c.channelBuf(me, op.local, tail % kP2pBufs), op.buf + off, len);
+      slot.msgBytes = op.bytes;
+      slot.seq.store(tail + 1, std::memory_order_release);
+      ch.tail.store(tail + 1, std::memory_order_relaxed);
       ++op.done;
       moved = true;
     }
@@ -171,12 +178,14 @@ bool progressShm(P2pOp& op, bool receiving, bool read) {
                  "write, or a send buffer it cannot read)",
                  receiveName(op).c_str(), op.peer, op.bytes, static_cast<void*>(op.buf));
     while (op.done < op.chunks) {
-      uint64_t head = ch.head.load(std::memory_order_relaxed);  // written only by this rank
-      if (head == ch.tail.load(std::memory_order_acquire)) break;
-      int i = head % kP2pBufs;
-      if (ch.msgBytes[i] != op.bytes) sizesDiffer(op, ch.msgBytes[i]);
-      size_t off = op.done * cb;
-      memcpy(op.buf + off, c.channelBuf(op.local, me, i), std::min(cb, op.bytes - off));
+      const uint64_t head = ch.head.load(std::memory_order_relaxed);  // written only by this rank
+      const ChunkSlot& slot = ch.slots[head % kP2pSlots];
+      if (slot.seq.load(std::memory_order_acquire) != head + 1) break;
+      if (slot.msgBytes != op.bytes) sizesDiffer(op, slot.msgBytes);
+      const size_t off = op.done * cb, len = std::min(cb, op.bytes - off);
+      const char* from =
+          len <= kInlineBytes ? slot.data : c.channelBuf(op.local, me, head % kP2pBufs);
+      memcpy(op.buf + off, from, len);
       ch.head.store(head + 1, std::memory_order_release);
       ++op.done;
       moved = true;

@@ -234,6 +234,23 @@ TEST_CASE(sendrecv) {
       checkPat(d.data(), d.bytes(), prev, 160, 0, 1, "200 messages of 4097 bytes to one peer in one group (byte offsets)");
       d.guardsOk("200 messages in one group");
     }
+    // 12b. 100 messages of 1-97 bytes in one group: carried inside the channel's chunk lines up
+    //      to 48 bytes and in its buffers above, interleaved, around the ring of lines many times.
+    {
+      const int msgs = 100;
+      auto size = [](int k) { return size_t(k * 37 % 97 + 1); };
+      std::vector<size_t> off(msgs + 1, 0);
+      for (int k = 0; k < msgs; ++k) off[k + 1] = off[k] + size(k);
+      const size_t total = off[msgs];
+      Buf s(total), d(total);
+      fillPat(s.data(), total, r, 161);
+      ACCL_OK(acclGroupStart());
+      for (int k = 0; k < msgs; ++k) ACCL_OK(acclSend(s.at(off[k]), size(k), acclInt8, next, c.comm, nullptr));
+      for (int k = 0; k < msgs; ++k) ACCL_OK(acclRecv(d.at(off[k]), size(k), acclInt8, prev, c.comm, nullptr));
+      ACCL_OK(acclGroupEnd());
+      checkPat(d.data(), total, prev, 161, 0, 1, "100 messages of 1-97 bytes to one peer in one group");
+      d.guardsOk("100 small messages in one group");
+    }
     // 13. In place: one buffer is sent to rank+1 and receives from rank-1 in one group, from a
     //     copy, which the receiver reads single copy. Below the single-copy size, within the
     //     channel's buffers, beyond them and beyond 4 and 8 MiB; a peer's data must not
@@ -364,17 +381,17 @@ TEST_CASE(p2p_bad_buffer) {
 }
 
 // A send larger than the matching receive: the receiver must get an error and nothing may be
-// written past its buffer; neither side may hang past the timeout. Twice, on a communicator
-// each: 1.2 MB, which waits for the receiver's post and, finding a post of another size, goes
-// through the channel's buffers; and 4.4 MB to a receiver that posts late, which its sender
-// offers before the post.
+// written past its buffer; neither side may hang past the timeout. Three times, on a
+// communicator each: 40 bytes, which travel inside the channel's chunk line; 1.2 MB, which waits
+// for the receiver's post and, finding a post of another size, goes through the channel's
+// buffers; and 4.4 MB to a receiver that posts late, which its sender offers before the post.
 TEST_CASE(p2p_mismatch) {
   RunOpts o;
   o.initComm = false;
-  o.extraIds = 1;
+  o.extraIds = 2;
   bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
-    const size_t sizes[] = {300007, 1100007}, expected = 1000;  // int32 elements
-    for (int k = 0; k < 2; ++k) {
+    const size_t sizes[] = {10, 300007, 1100007}, expected = 1000;  // int32 elements
+    for (int k = 0; k < 3; ++k) {
       const size_t sent = sizes[k];
       acclComm_t comm = initWithTimeout(c, k, 3.0);
       if (c.rank == 0) {
@@ -389,7 +406,7 @@ TEST_CASE(p2p_mismatch) {
         CHECK_MSG(el < 5.0, "the mismatched acclSend took " + std::to_string(el) + " s with a 3 s timeout");
       } else if (c.rank == 1) {
         Buf d(expected * 4);
-        if (k == 1) sleepFor(0.2);
+        if (k == 2) sleepFor(0.2);
         double t0 = now();
         acclResult_t res = acclRecv(d.data(), expected, acclInt32, 0, comm, nullptr);
         double el = now() - t0;
