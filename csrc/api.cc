@@ -67,6 +67,7 @@ class Entered {
       throw;
     }
   }
+  Entered(Entered&& o) noexcept : h_(o.h_) { o.h_ = nullptr; }
   ~Entered() {
     if (h_) h_->inflight.fetch_sub(1);
   }
@@ -910,14 +911,24 @@ acclResult_t acclGroupEnd(void) {
     if (tlsGroupDepth == 0)
       ACCL_THROW(acclInvalidUsage, "acclGroupEnd without a matching acclGroupStart");
     if (--tlsGroupDepth > 0) return acclSuccess;
-    std::vector<QueuedOp> ops;
-    ops.swap(tlsGroupOps);
+    // Taken out, since a backend may run its group on accl in turn (the fake NCCL of the
+    // tests does), and given back empty however the group ends, keeping its memory.
+    struct Taken {
+      std::vector<QueuedOp> ops;
+      Taken() { ops.swap(tlsGroupOps); }
+      ~Taken() {
+        ops.clear();
+        if (tlsGroupOps.empty()) tlsGroupOps.swap(ops);
+      }
+    } taken;
+    const std::vector<QueuedOp>& ops = taken.ops;
     // Hold every communicator the group touches, then replay the calls inside each backend's
     // own group bracket.
-    std::vector<std::unique_ptr<Entered>> held;
+    std::vector<Entered> held;
+    held.reserve(ops.size());
     std::vector<const acclBackend_v1*> backends;
     for (auto& op : ops) {
-      held.push_back(std::make_unique<Entered>(op.handle));
+      held.emplace_back(op.handle);
       const acclBackend_v1* b = op.handle->impl->backend;
       if (std::find(backends.begin(), backends.end(), b) == backends.end()) backends.push_back(b);
     }

@@ -2,6 +2,11 @@
 
 #include <algorithm>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <x86intrin.h>
+#endif
+
 #include "errors.h"
 #include "types.h"
 
@@ -9,9 +14,16 @@ namespace accl {
 
 Trace::Trace(size_t capacity) : ring_(capacity) {}
 
-int64_t Trace::nowUs() const {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
-                                                               t0_)
+uint64_t Trace::ticks() {
+#if defined(__x86_64__)
+  static const bool invariant = [] {
+    unsigned a, b, c, d;
+    return __get_cpuid(0x80000007, &a, &b, &c, &d) && (d & (1u << 8));
+  }();
+  if (invariant) return __rdtsc();
+#endif
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -23,8 +35,8 @@ void Trace::record(const OpDesc& d, uint64_t seq, State s) {
   e.seq = seq;
   e.op = d;
   e.state = s;
-  e.queuedUs = nowUs();
-  if (s == kStarted) e.startedUs = e.queuedUs;
+  e.queued = sinceStart();
+  if (s == kStarted) e.started = e.queued;
 }
 
 void Trace::update(uint64_t seq, State s, acclResult_t result) {
@@ -34,7 +46,7 @@ void Trace::update(uint64_t seq, State s, acclResult_t result) {
   if (e.seq != seq) return;  // already overwritten by newer operations
   e.state = s;
   e.result = result;
-  (s == kStarted ? e.startedUs : e.doneUs) = nowUs();
+  (s == kStarted ? e.started : e.done) = sinceStart();
 }
 
 std::string Trace::json(const std::string& header) const {
@@ -44,6 +56,10 @@ std::string Trace::json(const std::string& header) const {
   for (auto& e : ring_)
     if (e.seq) live.push_back(&e);
   std::sort(live.begin(), live.end(), [](const Entry* a, const Entry* b) { return a->seq < b->seq; });
+  const double usPerTick =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count() /
+      std::max<int64_t>(sinceStart(), 1);
+  auto us = [&](int64_t t) { return t < 0 ? -1LL : (long long)(t * usPerTick); };
   std::string s = "{" + header + ", \"ops\": [";
   for (size_t i = 0; i < live.size(); ++i) {
     const Entry& e = *live[i];
@@ -54,8 +70,7 @@ std::string Trace::json(const std::string& header) const {
                 e.op.type >= 0 ? typeName(acclDataType_t(e.op.type)) : "",
                 e.op.count, e.op.p2p ? "peer" : "root", e.op.root,
                 e.op.redop >= 0 ? opName(acclRedOp_t(e.op.redop)) : "", states[e.state],
-                acclGetErrorString(e.result), (long long)e.queuedUs, (long long)e.startedUs,
-                (long long)e.doneUs);
+                acclGetErrorString(e.result), us(e.queued), us(e.started), us(e.done));
   }
   return s + "\n]}\n";
 }

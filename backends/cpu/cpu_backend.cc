@@ -71,13 +71,18 @@ acclResult_t groupEnd() {
   return guard([] {
     if (tlsGroup.depth == 0) ACCL_THROW(acclInvalidUsage, "group end without group start");
     if (--tlsGroup.depth > 0) return;
-    GroupState g;
-    std::swap(g, tlsGroup);
-    for (auto& f : g.colls) f();
+    // Emptied however the group ends, keeping their memory for the next group.
+    struct Clear {
+      ~Clear() {
+        tlsGroup.colls.clear();
+        tlsGroup.p2p.clear();
+      }
+    } clear;
+    for (auto& f : tlsGroup.colls) f();
     try {
-      runP2p(g.p2p);
+      runP2p(tlsGroup.p2p);
     } catch (const Error& e) {
-      for (auto& op : g.p2p) announceFailure(*op.comm, e);
+      for (auto& op : tlsGroup.p2p) announceFailure(*op.comm, e);
       throw;
     }
   });

@@ -286,7 +286,7 @@ void kickP2p(std::vector<P2pOp>& ops) {
 void addP2p(std::vector<P2pOp>& ops, CpuComm& c, bool send, int peer, const void* buf,
             size_t bytes, bool internal) {
   if (bytes == 0) return;
-  P2pOp op{};
+  P2pOp& op = ops.emplace_back();
   op.comm = &c;
   op.send = send;
   op.peer = peer;
@@ -302,7 +302,6 @@ void addP2p(std::vector<P2pOp>& ops, CpuComm& c, bool send, int peer, const void
     op.local = -1;
     c.net()->start(op.net, send, peer, op.buf, bytes);
   }
-  ops.push_back(op);
 }
 
 void runP2p(std::vector<P2pOp>& ops) {
@@ -354,7 +353,7 @@ void runP2p(std::vector<P2pOp>& ops) {
     bool moved = progressAll(ops, &pending, &shmPending);
     if (!pending) break;
     if (moved) {
-      wait = Backoff(timeout, spinNs, checkAbort);  // the timeout bounds a wait without progress
+      wait.restart();  // the timeout bounds a wait without progress
       idle = {};
       continue;
     }

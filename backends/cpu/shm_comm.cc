@@ -153,8 +153,9 @@ void* mapSegment(int fd, size_t bytes) {
 Backoff::Backoff(double timeout, long spinNs, std::function<void()> checkAbort)
     : timeout_(timeout),
       checkAbort_(std::move(checkAbort)),
-      spinNs_(spinNs),
-      phase_(spinNs > 0 ? kSpin : kYield) {}
+      spinNs_(spinNs) {
+  restart();
+}
 
 void Backoff::pause(const std::function<std::string()>& describe) {
   // The clock and the abort flags are looked at every 64 polls; in between a poll does what

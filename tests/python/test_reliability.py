@@ -35,6 +35,12 @@ def test_flight_recorder_names_the_rank_behind(tmp_path):
     rank0 = json.loads(dumps[0].read_text())
     assert rank0["rank"] == 0 and rank0["nranks"] == 3 and "timed out" in rank0["reason"]
     assert [o["state"] for o in rank0["ops"]] == ["done", "done", "failed"], rank0["ops"]
+    # Times in microseconds since the communicator began: in order, and the failed all-reduce
+    # lasted its 1.5 s timeout.
+    for o in rank0["ops"]:
+        assert 0 <= o["queued_us"] <= o["started_us"] <= o["done_us"], o
+    failed = rank0["ops"][2]
+    assert 1.4e6 < failed["done_us"] - failed["started_us"] < 3e6, failed
     out = subprocess.run([sys.executable, "-m", "accl.trace", str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
