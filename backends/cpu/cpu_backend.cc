@@ -249,11 +249,11 @@ void reduceScatterAuto(ShmComm& c, const CollArgs& a) {
 }
 
 // A reduce that fits a box runs direct; otherwise single copy from its threshold (ACCL_CMA_MIN),
-// and below it (or without single copy) direct up to 64 KiB (16 KiB with more ranks than cores),
-// then split: docs/algorithms.md, "Reduce".
+// and below it (or without single copy) direct up to 128 KiB (16 KiB with more ranks than
+// cores), then split: docs/algorithms.md, "Reduce".
 void reduceAuto(ShmComm& c, const CollArgs& a) {
   if (!fitsBox(c, a, c.nranks()) && useCma(c, a, kReduce)) reduceCma(c, a);
-  else if (a.count * typeSize(a.type) <= size_t(c.oversubscribed() ? 16 : 64) << 10)
+  else if (a.count * typeSize(a.type) <= size_t(c.oversubscribed() ? 16 : 128) << 10)
     reduceDirect(c, a);
   else reduceSplit(c, a);
 }

@@ -87,7 +87,7 @@ bool cmaCrossovers(size_t* min, bool oversubscribed) {
   min[kAllGather] = (oversubscribed ? 32 : 8) << 10;
   min[kReduceScatter] = 8 << 10;
   min[kBroadcast] = (oversubscribed ? 32 : 16) << 10;
-  min[kReduce] = (oversubscribed ? 64 : 16) << 10;
+  min[kReduce] = (oversubscribed ? 64 : 128) << 10;
   min[kAlltoAll] = (oversubscribed ? 16 : 8) << 10;
   min[kGather] = (oversubscribed ? 16 : 8) << 10;
   min[kScatter] = (oversubscribed ? 32 : 8) << 10;

@@ -84,7 +84,7 @@ def test_cma_min_item_minus_one_means_never():
     many = os.sysconf("SC_NPROCESSORS_ONLN") < 2  # more ranks than cores: the other table
     assert _crossovers(2, "broadcast:-1,allgather:4096,sendrecv:-1") == (
         "allreduce 32768, allgather 4096, reducescatter 8192, broadcast never, "
-        f"reduce {65536 if many else 16384}, alltoall {16384 if many else 8192}, "
+        f"reduce {65536 if many else 131072}, alltoall {16384 if many else 8192}, "
         f"gather {16384 if many else 8192}, scatter {32768 if many else 8192}, sendrecv never")
 
 
