@@ -61,6 +61,17 @@ void singleCopy(P2pOp& op, std::atomic<uint64_t>& flag, Copy copy) {
   op.done = op.chunks;
 }
 
+// A send in place (from its copy, copyInPlaceSends) goes through the channel below this: copied
+// aside and then read by its receiver it took 1.3-1.7x the time of the channel's way at 8-32
+// KiB (2 ranks), level at 128-512 KiB (docs/algorithms.md, "Crossovers on data").
+constexpr size_t kInPlaceCmaMin = 128 << 10;
+
+// Whether send `op` on this node may go single copy.
+bool copiesOnce(const P2pOp& op) {
+  const ShmComm& c = op.comm->shm();
+  return c.cma() && op.bytes >= std::max(c.cmaMin(kSendRecv), op.copied ? kInPlaceCmaMin : 0);
+}
+
 // Offers the buffer of send `op` for its receiver to read.
 void offer(P2pOp& op, ChannelCtrl& ch) {
   ch.offerAddr = reinterpret_cast<uint64_t>(op.buf);
@@ -96,7 +107,7 @@ bool progressShm(P2pOp& op, bool receiving, bool read) {
       // the post a large one offers its buffer instead.
       // Otherwise through the buffers: a send that fits in them completes without its
       // receiver, as a lone send always did.
-      const bool single = c.cma() && op.bytes >= c.cmaMin(kSendRecv);
+      const bool single = copiesOnce(op);
       const bool posted = single && ch.posted.load(std::memory_order_acquire) == op.msg + 1;
       // With more ranks than cores every message is read by its receiver, as Open MPI's are:
       // the sender offers its buffer and goes on, where a write would wait for the receiver to
@@ -240,7 +251,7 @@ void copyInPlaceSends(std::vector<P2pOp>& ops) {
   for (P2pOp& s : ops) {
     if (!s.copied) continue;
     Aside& x = asideOf(s);
-    const bool channel = s.local >= 0 && !(x.shm->cma() && s.bytes >= x.shm->cmaMin(kSendRecv));
+    const bool channel = s.local >= 0 && !copiesOnce(s);
     if (channel) memcpy(x.next, s.buf, s.bytes);
     else copyUncached(x.next, s.buf, s.bytes, 0);
     s.buf = s.net.buf = x.next;

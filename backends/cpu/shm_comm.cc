@@ -83,15 +83,15 @@ const std::pair<const char*, Coll> kCmaColls[] = {
 
 bool cmaCrossovers(size_t* min, bool oversubscribed) {
   std::fill(min, min + kNumColls, SIZE_MAX);  // no single-copy form
-  min[kAllReduce] = 32 << 10;
-  min[kAllGather] = (oversubscribed ? 32 : 8) << 10;
-  min[kReduceScatter] = 8 << 10;
-  min[kBroadcast] = (oversubscribed ? 32 : 16) << 10;
+  min[kAllReduce] = (oversubscribed ? 128 : 32) << 10;
+  min[kAllGather] = (oversubscribed ? 64 : 16) << 10;
+  min[kReduceScatter] = 16 << 10;
+  min[kBroadcast] = (oversubscribed ? 128 : 32) << 10;
   min[kReduce] = (oversubscribed ? 64 : 128) << 10;
-  min[kAlltoAll] = (oversubscribed ? 16 : 8) << 10;
-  min[kGather] = (oversubscribed ? 16 : 8) << 10;
-  min[kScatter] = (oversubscribed ? 32 : 8) << 10;
-  min[kSendRecv] = (oversubscribed ? 16 : 8) << 10;
+  min[kAlltoAll] = (oversubscribed ? 32 : 16) << 10;
+  min[kGather] = 32 << 10;
+  min[kScatter] = (oversubscribed ? 32 : 64) << 10;
+  min[kSendRecv] = (oversubscribed ? 32 : 8) << 10;
   const std::string spec = paramString(Param::CmaMin);
   auto bytes = [&](const std::string& text) -> size_t {
     if (text == "-1") return SIZE_MAX;  // never, for the collective named

@@ -83,9 +83,10 @@ def test_cma_min_item_minus_one_means_never():
     # -1 for one collective turns its single copy off and leaves the others' crossovers as set.
     many = os.sysconf("SC_NPROCESSORS_ONLN") < 2  # more ranks than cores: the other table
     assert _crossovers(2, "broadcast:-1,allgather:4096,sendrecv:-1") == (
-        "allreduce 32768, allgather 4096, reducescatter 8192, broadcast never, "
-        f"reduce {65536 if many else 131072}, alltoall {16384 if many else 8192}, "
-        f"gather {16384 if many else 8192}, scatter {32768 if many else 8192}, sendrecv never")
+        f"allreduce {131072 if many else 32768}, allgather 4096, reducescatter 16384, "
+        f"broadcast never, reduce {65536 if many else 131072}, "
+        f"alltoall {32768 if many else 16384}, gather 32768, "
+        f"scatter {32768 if many else 65536}, sendrecv never")
 
 
 def test_more_ranks_than_cores_single_copy_from_other_sizes():
@@ -93,8 +94,8 @@ def test_more_ranks_than_cores_single_copy_from_other_sizes():
     if n > 9:
         pytest.skip(f"{n} ranks, one more than this machine's cores, are too many to start here")
     assert _crossovers(n, None) == (
-        "allreduce 32768, allgather 32768, reducescatter 8192, broadcast 32768, "
-        "reduce 65536, alltoall 16384, gather 16384, scatter 32768, sendrecv 16384")
+        "allreduce 131072, allgather 65536, reducescatter 16384, broadcast 131072, "
+        "reduce 65536, alltoall 32768, gather 32768, scatter 32768, sendrecv 32768")
 
 
 @pytest.mark.parametrize("value", ["allreduce:x", "allreduce", "ring:1", "-2", "broadcast:-2"])
