@@ -258,16 +258,12 @@ void reduceAuto(ShmComm& c, const CollArgs& a) {
   else reduceSplit(c, a);
 }
 
-// In place, single copy first copies the peers' blocks aside: slower than staging below
-// 128 KiB blocks (2 ranks: 1.1-1.3x at 32-64 KiB, 0.8 at 128-512 KiB).
-constexpr size_t kAlltoAllInPlaceCmaMin = 128 << 10;
-
+// By size alone, as every choice here: ranks need not agree on working in place, and they must
+// on the algorithm. Until 2026-12-05 a rank in place went single copy from 128 KiB only, so
+// one in place and one not took different algorithms at 16-128 KiB.
 void alltoAllAuto(ShmComm& c, const CollArgs& a) {
-  if (useCma(c, a, kAlltoAll) &&
-      (a.send != a.recv || a.count * typeSize(a.type) >= kAlltoAllInPlaceCmaMin))
-    alltoAllCma(c, a);
-  else
-    alltoAllDirect(c, a);
+  if (useCma(c, a, kAlltoAll)) alltoAllCma(c, a);
+  else alltoAllDirect(c, a);
 }
 
 void gatherAuto(ShmComm& c, const CollArgs& a) {

@@ -180,6 +180,9 @@ TEST_CASE(multichunk) {
     size_t a2a = (size_t(1) << 20) / (4 * n) + 17;  // int32, > 1 MiB in all
     runAlltoAll(c, acclInt32, a2a, false, 15);
     runAlltoAll(c, acclInt32, a2a, true, 16);
+    // In place on some ranks only: every rank must still choose the same algorithm.
+    runAlltoAll(c, acclInt32, a2a, c.rank % 2 == 0, 29);
+    runAlltoAll(c, acclInt32, 20011, c.rank % 2 == 1, 32);  // 80 KiB blocks
     runGather(c, acclFloat32, block, n - 1, false, 17);
     runGather(c, acclFloat32, block, 1 % n, true, 18);
     runScatter(c, acclFloat32, block, n / 2, false, 19);
@@ -224,6 +227,8 @@ TEST_CASE(uncached_copies) {
     runGather(c, acclInt8, odd, n / 2, false, 24);
     runScatter(c, acclInt8, big, 0, false, 25);
     runAlltoAll(c, acclInt8, odd, false, 26);
+    runAlltoAll(c, acclInt8, odd, true, 30);
+    runAlltoAll(c, acclInt8, odd, c.rank % 2 == 1, 31);
     sanityAllReduce(c, "the collectives with uncached copies");
   });
   return ok ? 0 : 1;
