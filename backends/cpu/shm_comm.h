@@ -43,6 +43,8 @@ enum Coll {
 // skipped, lowercase without '_' and ' ' ("All_Reduce:Ring" reads as "allreduce:ring").
 std::vector<std::string> specItems(const std::string& spec);
 
+enum : uint32_t { kNoCopy, kCopyAside, kCopyInSlot };  // RankCtrl::sendCopy
+
 struct alignas(64) RankCtrl {
   std::atomic<uint64_t> epoch;
   // Who this rank is, so peers can tell when its process is gone (kill -9, crash).
@@ -51,9 +53,10 @@ struct alignas(64) RankCtrl {
   // Single-copy operations: where this rank's buffers of the current operation are, for peers
   // to read with process_vm_readv. Written before the rank arrives at the operation's barrier.
   uint64_t sendAddr, recvAddr;
-  // sendAddr is a copy of the input that this rank took for the operation (an all-to-all in
-  // place), streamed to memory: peers read from it at every size (alltoall_cma.cc says why).
-  uint32_t sendIsCopy;
+  // Where the blocks of an all-to-all in place went before this rank's buffer is overwritten:
+  // kCopyAside (sendAddr is that copy) or kCopyInSlot (this rank's slot of the step's set);
+  // kNoCopy otherwise. alltoall_cma.cc says how the peers read each.
+  uint32_t sendCopy;
   uint64_t probeAddr, probeValue;  // set at init: peers test that they may read this rank
   // Multi-node only: what this rank waits for on another node, or why it failed (`failed` set),
   // so that its local peers, which wait for it in turn, can name the ranks really missing.
@@ -217,11 +220,11 @@ class ShmComm {
   size_t cmaMin(Coll k) const { return cmaMin_[k]; }
   // Also which shared host memory (acclHostAlloc) holds each: a peer maps it once and then
   // copies with plain loads and stores instead of the kernel's copy (cmaRead, cmaWrite).
-  void publish(const void* send, const void* recv, bool sendIsCopy = false) {
+  void publish(const void* send, const void* recv, uint32_t sendCopy = kNoCopy) {
     RankCtrl& me = ctrl_[rank_];
     me.sendAddr = reinterpret_cast<uint64_t>(send);
     me.recvAddr = reinterpret_cast<uint64_t>(recv);
-    me.sendIsCopy = sendIsCopy;
+    me.sendCopy = sendCopy;
     me.sendRegion = findHostRegion(send);
     me.recvRegion = findHostRegion(recv);
   }
