@@ -322,6 +322,39 @@ TEST_CASE(sendrecv) {
   return ok ? 0 : 1;
 }
 
+// Lone sends of one size back to back from each even rank to the next, every message with a
+// pattern of its own. A sender writes a message single copy where it finds the receive posted
+// and through the channel where not, so the two ways alternate at random, and each receive must
+// take its own message: one that had read the channel's `written` just before its message was
+// written single copy, and then found the next message's first chunk, took that for its own
+// until 2026-12-05. The window is a few instructions wide: it takes a receiver preempted there,
+// so ctest also runs this as 4 nodes of 2 ranks, 8 processes on the 2 cores (with the fix
+// undone that failed 8 runs in 10; with it, 15 in 15 passed).
+TEST_CASE(p2p_stream) {
+  bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
+    const int r = c.rank, msgs = 10000;
+    const size_t bytes = 40009;  // single copy allowed (from 8 KiB, 32 KiB oversubscribed)
+    if (r % 2 == 1 || r + 1 < c.nranks) {
+      const int peer = r % 2 == 0 ? r + 1 : r - 1;
+      Buf b(bytes);
+      for (int k = 0; k < msgs; ++k) {
+        if (r % 2 == 0) {
+          fillPat(b.data(), bytes, r, 300 + k);
+          ACCL_OK(acclSend(b.data(), bytes, acclUint8, peer, c.comm, nullptr));
+        } else {
+          ACCL_OK(acclRecv(b.data(), bytes, acclUint8, peer, c.comm, nullptr));
+          if (!checkPat(b.data(), bytes, peer, 300 + k, 0, 1,
+                        "message " + std::to_string(k) + " of a stream of lone sends"))
+            throw FatalError{};  // the sender is told by the abort, not left to time out
+        }
+      }
+      b.guardsOk("a stream of lone sends");
+    }
+    sanityAllReduce(c, "a stream of lone sends");
+  });
+  return ok ? 0 : 1;
+}
+
 // Ranks 0 and 1 exchange `bytes` on `comm`, rank 1 into read-only pages; `pulled`: the
 // receiver reads the message (else the sender writes it). Ends with the ranks' barrier: a rank
 // whose part failed returns while its peer may still read its send buffer.
