@@ -11,28 +11,22 @@
 namespace accl {
 namespace cpu {
 
-// Below this a share is not worth its system call: with 4 ranks on the 2 cores, a 32 KiB
-// broadcast in place took 1.13x its out-of-place time with 8 KiB shares, 1.00x without (medians
-// of 10 runs), as the non-roots then wait for the root.
-constexpr size_t kMinRootShare = 32 << 10;
-
 void broadcastCma(ShmComm& c, const CollArgs& a) {
   const size_t bytes = a.count * typeSize(a.type);
   c.publish(a.send, a.recv);
   c.barrier();
   // Only the root's buffers say whether it is in place (a reader's send is not used).
   const RankCtrl& root = c.peer(a.root);
-  size_t rootShare = root.sendAddr == root.recvAddr ? bytes / c.nranks() / 64 * 64 : 0;
-  if (rootShare < kMinRootShare) rootShare = 0;
-  const size_t head = bytes - rootShare;
+  const size_t share = root.sendAddr == root.recvAddr ? rootShare(bytes, c.nranks()) : 0;
+  const size_t head = bytes - share;
   if (c.rank() != a.root) {
     c.cmaRead(a.root, a.recv, root.sendAddr, head);
   } else if (a.send != a.recv) {
     copyOnce(a.recv, a.send, bytes);
-  } else if (rootShare) {
+  } else if (share) {
     const char* tail = static_cast<const char*>(a.send) + head;
     for (int r = 0; r < c.nranks(); ++r)
-      if (r != a.root) c.cmaWrite(r, c.peer(r).recvAddr + head, tail, rootShare);
+      if (r != a.root) c.cmaWrite(r, c.peer(r).recvAddr + head, tail, share);
   }
   c.barrier();  // the root's input is read by all, and the root wrote into every reader
 }

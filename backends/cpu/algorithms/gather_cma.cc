@@ -1,7 +1,10 @@
 // Gather, single copy: every other rank writes its block straight into the root's output
-// (process_vm_writev), all at once, while the root copies its own block; a root in place with one
-// peer reads a large block from it instead (process_vm_readv). A barrier first
-// publishes the buffers; the one at the end says the root's output is complete.
+// (process_vm_writev), all at once, while the root copies its own block. A root in place has no
+// block of its own to copy, so it reads the last rootShare bytes of every peer's block itself
+// (process_vm_readv) while the peers write the rest. At 2 ranks that took 0.47-0.69 of the time
+// at outputs of 256 KiB-16 MiB and 0.37-0.41 at 32-64 MiB, where the root had read the whole
+// block; 4 ranks on the 2 cores 0.7-0.9 at 2-64 MiB (docs/algorithms.md, "A root that helps").
+// A barrier first publishes the buffers; the one at the end says the root's output is complete.
 #include "algorithms/algorithms.h"
 #include "reduce.h"
 #include "types.h"
@@ -15,23 +18,18 @@ void gatherCma(ShmComm& c, const CollArgs& a) {
   char* recv = static_cast<char*>(a.recv);
   c.publish(a.send, a.recv);
   c.barrier();
-  // A root in place with a single peer has no block of its own to copy: it reads a block of
-  // 4 MiB and more itself (2 ranks, 32 MiB: 0.4 of the time of its peer writing). With more
-  // peers they keep writing, all at once, where the root would read one after another (4 ranks
-  // on the 2 cores, in place, 16-32 MiB: 0.33-0.57 of the time of the root reading, 5 alternating
-  // launches, 2026-12-02).
   const RankCtrl& root = c.peer(a.root);
-  const bool pulled =
-      n == 2 && root.sendAddr == root.recvAddr + a.root * bytes && c.pulls(a.root, bytes);
+  const bool rootInPlace = root.sendAddr == root.recvAddr + a.root * bytes;
+  const size_t share = rootInPlace ? rootShare(bytes, n) : 0, head = bytes - share;
   if (me != a.root) {
-    if (!pulled) c.cmaWrite(a.root, root.recvAddr + me * bytes, a.send, bytes);
-  } else if (pulled) {
-    for (int q = 0; q < n; ++q)
-      if (q != me) c.cmaRead(q, recv + q * bytes, c.peer(q).sendAddr, bytes);
-  } else if (a.send != recv + me * bytes) {
+    c.cmaWrite(a.root, root.recvAddr + me * bytes, a.send, head);
+  } else if (!rootInPlace) {
     copyOnce(recv + me * bytes, a.send, bytes);
+  } else if (share) {
+    for (int q = 0; q < n; ++q)
+      if (q != me) c.cmaRead(q, recv + q * bytes + head, c.peer(q).sendAddr + head, share);
   }
-  c.barrier();
+  c.barrier();  // the root's output is complete
 }
 
 }  // namespace cpu
