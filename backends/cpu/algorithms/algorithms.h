@@ -54,11 +54,12 @@ void scatterDirect(ShmComm& c, const CollArgs& a);
 void alltoAllCma(ShmComm& c, const CollArgs& a);
 void gatherCma(ShmComm& c, const CollArgs& a);
 void scatterCma(ShmComm& c, const CollArgs& a);
-// A root in place has no copy of its own to make in a single-copy broadcast or scatter, so it
-// takes the last rootShare bytes of every reader's part while they read the rest: 1/n of each,
-// so that every process copies about as much. 0 below 32 KiB, where a share is not worth its
-// system call (4 ranks on the 2 cores, 32 KiB broadcast in place: 1.13x its out-of-place time
-// with 8 KiB shares, 1.00x without, medians of 10 runs; the readers then wait for the root).
+// A root in place has no copy of its own to make in a single-copy broadcast, scatter or gather,
+// so it copies the last rootShare bytes of every peer's part itself while the peers copy the
+// rest: 1/n of each, so that every process copies about as much. 0 below 32 KiB, where a share
+// is not worth its system call (4 ranks on the 2 cores, 32 KiB broadcast in place: 1.13x its
+// out-of-place time with 8 KiB shares, 1.00x without, medians of 10 runs; the readers then
+// wait for the root).
 inline size_t rootShare(size_t bytes, int nranks) {
   const size_t share = bytes / nranks / 64 * 64;
   return share < (32 << 10) ? 0 : share;
