@@ -56,13 +56,20 @@ void gatherCma(ShmComm& c, const CollArgs& a);
 void scatterCma(ShmComm& c, const CollArgs& a);
 // A root in place has no copy of its own to make in a single-copy broadcast, scatter or gather,
 // so it copies the last rootShare bytes of every peer's part itself while the peers copy the
-// rest: 1/n of each, so that every process copies about as much. 0 below 32 KiB, where a share
-// is not worth its system call (4 ranks on the 2 cores, 32 KiB broadcast in place: 1.13x its
-// out-of-place time with 8 KiB shares, 1.00x without, medians of 10 runs; the readers then
+// rest: 1/n of each, so that every process copies about as much. 0 below minShare, where a
+// share is not worth its system call (4 ranks on the 2 cores, 32 KiB broadcast in place: 1.13x
+// its out-of-place time with 8 KiB shares, 1.00x without, medians of 10 runs; the readers then
 // wait for the root).
-inline size_t rootShare(size_t bytes, int nranks) {
+inline size_t rootShare(size_t bytes, int nranks, size_t minShare = size_t(32) << 10) {
   const size_t share = bytes / nranks / 64 * 64;
-  return share < (32 << 10) ? 0 : share;
+  return share < minShare ? 0 : share;
+}
+// The gather's and scatter's root shares from 64 KiB with more ranks than cores: with 32 KiB
+// shares a 512 KiB gather or scatter in place at 4 ranks on the 2 cores took 1.1-1.15x the time
+// without, level with 64 KiB, 0.93 with 128 KiB; at 2 ranks 32 KiB shares took 0.8 of it
+// (5 alternating launches each, 2026-12-06).
+inline size_t blockShareMin(const ShmComm& c) {
+  return c.oversubscribed() ? size_t(64) << 10 : size_t(32) << 10;
 }
 void barrierShm(ShmComm& c, const CollArgs& a);
 // The choice by size on one node (cpu_backend.cc); every rank computes the same.

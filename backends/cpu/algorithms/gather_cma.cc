@@ -20,7 +20,8 @@ void gatherCma(ShmComm& c, const CollArgs& a) {
   c.barrier();
   const RankCtrl& root = c.peer(a.root);
   const bool rootInPlace = root.sendAddr == root.recvAddr + a.root * bytes;
-  const size_t share = rootInPlace ? rootShare(bytes, n) : 0, head = bytes - share;
+  const size_t share = rootInPlace ? rootShare(bytes, n, blockShareMin(c)) : 0;
+  const size_t head = bytes - share;
   if (me != a.root) {
     c.cmaWrite(a.root, root.recvAddr + me * bytes, a.send, head);
   } else if (!rootInPlace) {

@@ -20,7 +20,7 @@ void scatterCma(ShmComm& c, const CollArgs& a) {
   c.barrier();
   const RankCtrl& root = c.peer(a.root);
   const bool rootInPlace = root.recvAddr == root.sendAddr + a.root * bytes;
-  const size_t share = rootInPlace ? rootShare(bytes, c.nranks()) : 0;
+  const size_t share = rootInPlace ? rootShare(bytes, c.nranks(), blockShareMin(c)) : 0;
   const size_t head = bytes - share;
   if (me != a.root) {
     c.cmaRead(a.root, a.recv, root.sendAddr + me * bytes, head);
