@@ -64,12 +64,12 @@ inline size_t rootShare(size_t bytes, int nranks, size_t minShare = size_t(32) <
   const size_t share = bytes / nranks / 64 * 64;
   return share < minShare ? 0 : share;
 }
-// The gather's and scatter's root shares from 64 KiB with more ranks than cores: with 32 KiB
-// shares a 512 KiB gather or scatter in place at 4 ranks on the 2 cores took 1.1-1.15x the time
-// without, level with 64 KiB, 0.93 with 128 KiB; at 2 ranks 32 KiB shares took 0.8 of it
-// (5 alternating launches each, 2026-12-06).
-inline size_t blockShareMin(const ShmComm& c) {
-  return c.oversubscribed() ? size_t(64) << 10 : size_t(32) << 10;
+// The root's share of each block of a gather or scatter in place: from 64 KiB with more ranks
+// than cores, where 32 KiB shares made a 512 KiB gather or scatter at 4 ranks on the 2 cores
+// 1.1-1.15x slower than none, 64 KiB level, 128 KiB 0.93; at 2 ranks 32 KiB shares took 0.8 of
+// the time (5 alternating launches each, 2026-12-06).
+inline size_t blockShare(const ShmComm& c, size_t bytes) {
+  return rootShare(bytes, c.nranks(), c.oversubscribed() ? size_t(64) << 10 : size_t(32) << 10);
 }
 void barrierShm(ShmComm& c, const CollArgs& a);
 // The choice by size on one node (cpu_backend.cc); every rank computes the same.

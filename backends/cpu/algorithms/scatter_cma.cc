@@ -1,6 +1,6 @@
 // Scatter, single copy: every other rank reads its block straight from the root's input
 // (process_vm_readv), all at once, while the root copies its own block. A root in place has no
-// block of its own to copy, so it writes the last rootShare bytes of every reader's block itself
+// block of its own to copy, so it writes the last blockShare bytes of every reader's block itself
 // (process_vm_writev) while they read the rest, as the broadcast's root does: at 2 ranks 0.47-0.54
 // of the time at inputs of 1-16 MiB, 0.38-0.40 at 32-64 MiB; 4 ranks on the 2 cores 0.7-0.9 at
 // 16-64 MiB (docs/algorithms.md, "A root that helps"). A barrier first publishes the buffers;
@@ -20,7 +20,7 @@ void scatterCma(ShmComm& c, const CollArgs& a) {
   c.barrier();
   const RankCtrl& root = c.peer(a.root);
   const bool rootInPlace = root.recvAddr == root.sendAddr + a.root * bytes;
-  const size_t share = rootInPlace ? rootShare(bytes, c.nranks(), blockShareMin(c)) : 0;
+  const size_t share = rootInPlace ? blockShare(c, bytes) : 0;
   const size_t head = bytes - share;
   if (me != a.root) {
     c.cmaRead(a.root, a.recv, root.sendAddr + me * bytes, head);
