@@ -43,7 +43,7 @@ void copyOnce(void* dst, const void* src, size_t bytes);
 // Copy into a staging slot that the peers read next. From kSlotUncachedBytes it streams too,
 // so the readers fetch the lines from memory instead of out of this core's cache: where the
 // cores have separate L3s that is 2-4x faster, where they share one up to 2x slower
-// (docs/algorithms.md, "Staging around the caches").
+// (docs/algorithms.md, "Staging around the caches"; perf/slot_handoff.cc).
 constexpr size_t kSlotUncachedBytes = 8192;
 inline void copyToSlot(void* slot, const void* src, size_t bytes) {
   copyUncached(slot, src, bytes, kSlotUncachedBytes);
