@@ -19,9 +19,16 @@ $(VENV)/.stamp: requirements-dev.txt
 	$(PY) -m pip install -q --prefix $(VENV)/mpich mpich
 	touch $@
 
+# accl-perf's MPI runner times its loops in C (perf/mpi/mpi_loop.c), one build per MPI, each
+# beside that MPI's libmpi.
+MPI_LOOPS := $(VENV)/lib/libaccl_mpi_loop.so $(VENV)/mpich/lib/libaccl_mpi_loop.so
+%/lib/libaccl_mpi_loop.so: perf/mpi/mpi_loop.c $(VENV)/.stamp
+	$(CC) -std=c11 -O2 -Wall -fPIC -shared -o $@ $< -I$*/include -L$*/lib -lmpi \
+	  -Wl,-rpath,'$$ORIGIN' -Wl,--no-undefined
+
 # One in-tree build serves ctest and the Python tests: libaccl.so and accl/_accl*.so are placed
 # in python/accl/, so PYTHONPATH=python imports the package straight from the source tree.
-build: setup
+build: setup $(MPI_LOOPS)
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACCL_BUILD_TESTS=ON \
 	      -DPython_EXECUTABLE=$(abspath $(PY))
 	cmake --build $(BUILD) -j $(JOBS)
@@ -42,7 +49,7 @@ demo: build
 SAN       := build-sanitize
 SANFLAGS  := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 SANENV    := ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
-test-sanitize: setup
+test-sanitize: setup $(MPI_LOOPS)
 	cmake -S . -B $(SAN) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DACCL_BUILD_TESTS=ON \
 	      -DCMAKE_C_FLAGS="$(SANFLAGS)" -DCMAKE_CXX_FLAGS="$(SANFLAGS)" \
 	      -DACCL_OUTPUT_DIR=$(abspath $(SAN))/python/accl -DPython_EXECUTABLE=$(abspath $(PY))

@@ -42,10 +42,14 @@ def unavailable(library: str) -> str | None:
             import mpi4py  # noqa: F401
         except ImportError:
             return "mpi4py is not installed"
-        if library == "mpich":
-            return None if os.path.exists(_mpich("lib/libmpi.so.12")) else (
-                f"MPICH is not installed in {_mpich('')} (make setup: pip install --prefix)")
-        return None if _mpirun() else "mpirun is not on the PATH"
+        if library == "mpich" and not os.path.exists(_mpich("lib/libmpi.so.12")):
+            return f"MPICH is not installed in {_mpich('')} (make setup: pip install --prefix)"
+        if library == "mpi" and not _mpirun():
+            return "mpirun is not on the PATH"
+        from .perf_peers import mpi_loop
+
+        return None if os.path.exists(mpi_loop(library)) else (
+            f"the C loop over {library} is not built: make build (perf/mpi/mpi_loop.c)")
     if library == "oneccl":
         from .perf_peers import oneccl_shim
 

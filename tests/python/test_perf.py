@@ -352,3 +352,34 @@ def test_oneccl_unavailable_says_how_to_build_it(monkeypatch, tmp_path):
 
     monkeypatch.setattr(perf_peers, "oneccl_shim", lambda: str(tmp_path / "missing.so"))
     assert perf_compare.unavailable("oneccl") == "oneCCL shim not built: make oneccl"
+
+
+@pytest.mark.parametrize("library", ["mpi", "mpich"])
+def test_mpi_loop_runs_every_collective(tmp_path, library):
+    """The MPI runner's C loop (perf/mpi/mpi_loop.c) over each MPI, 3 ranks, a root that is not
+    rank 0, every collective checked against numpy; MPI has no in-place reduce-scatter in
+    nccl-tests' layout."""
+    why = perf_compare.unavailable(library)
+    if why:
+        pytest.skip(why)
+    out = tmp_path / "mpi.json"
+    p = run_cmd([sys.executable, "-m", "accl.perf", *ALL, "-np", "3", "-b", "8", "-e", "4K",
+                 "-f", "512", "-n", "2", "-w", "1", "-c", "1", "-r", "2", "--library", library,
+                 "-J", str(out)], timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    data = json.loads(out.read_text())
+    assert data["wrong"] == 0
+    assert sorted(r["collective"] for r in data["rows"]) == sorted(ALL * 2)
+    for r in data["rows"]:
+        assert r["out_of_place"]["wrong"] == 0 and r["out_of_place"]["time_us"] > 0, r
+        assert (r["in_place"] is None) == (r["collective"] == "reduce_scatter"), r
+
+
+def test_mpi_unavailable_says_how_to_build_its_loop(monkeypatch, tmp_path):
+    from accl import perf_peers
+
+    if perf_compare.unavailable("mpi"):
+        pytest.skip(perf_compare.unavailable("mpi"))
+    monkeypatch.setattr(perf_peers, "mpi_loop", lambda library: str(tmp_path / "missing.so"))
+    assert perf_compare.unavailable("mpi") == (
+        "the C loop over mpi is not built: make build (perf/mpi/mpi_loop.c)")
