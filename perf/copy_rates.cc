@@ -19,17 +19,9 @@
 #include <cstring>
 #include <vector>
 
-namespace {
+#include "stream_copy.h"
 
-__attribute__((target("avx2"))) void stream(char* d, const char* s, size_t n) {
-  for (size_t i = 0; i < n; i += 64) {
-    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-    __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), a);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
-  }
-  _mm_sfence();
-}
+namespace {
 
 void movsb(char* d, const char* s, size_t n) {
   asm volatile("rep movsb" : "+D"(d), "+S"(s), "+c"(n) : : "memory");

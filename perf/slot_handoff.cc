@@ -20,6 +20,8 @@
 #include <cstring>
 #include <vector>
 
+#include "stream_copy.h"
+
 namespace {
 
 constexpr int kMethods = 3, kRounds = 400, kBlock = 5;
@@ -32,16 +34,6 @@ struct Shared {
   alignas(64) std::atomic<long> read{0};     // the handoff the reader has finished
   double writerUs[kHandoffs];
 };
-
-void stream(char* d, const char* s, size_t n) {
-  for (size_t i = 0; i < n; i += 64) {
-    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-    __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), a);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
-  }
-  _mm_sfence();
-}
 
 void pin(int core) {
   cpu_set_t cpus;
