@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 
 from . import _types as t
 from ._env import rank_info
