@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-
 from . import _types as t
 from ._env import rank_info
 from .perf import Call, NotAvailable
