@@ -3,9 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
-#include <functional>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 #include "accl/accl.h"
@@ -72,6 +73,7 @@ class Entered {
     if (h_) h_->inflight.fetch_sub(1);
   }
   Comm& comm() { return *h_->impl; }
+  acclComm_t handle() const { return h_; }
 
  private:
   void check(bool allowNotReady) {
@@ -145,18 +147,19 @@ void fail(Comm& c, acclResult_t r, const std::string& msg) {
 }
 
 // Calls into the backend for one operation and turns its failure into an Error. Inside a group
-// the operation completes at group end, which records it done.
-// A template, so that a call outside a group makes no std::function (an allocation per call).
+// (`groupStart`: the clock's reading when the group's operations started) the operation
+// completes at group end, which records it done.
 template <class Run>
-acclResult_t runOnBackend(Comm& c, uint64_t seq, const Run& run, bool inGroup = false) {
+acclResult_t runOnBackend(Comm& c, uint64_t seq, const Run& run,
+                          const uint64_t* groupStart = nullptr) {
   if (__atomic_load_n(&c.abortFlag, __ATOMIC_ACQUIRE))
     ACCL_THROW(acclRemoteError, "%s: the communicator was aborted", where(c, seq).c_str());
   c.args.seq = seq;
-  takeBackendMessage();
-  if (inGroup) c.trace->update(seq, Trace::kStarted);
+  clearBackendMessage();
+  if (groupStart) c.trace->update(seq, Trace::kStarted, acclSuccess, *groupStart);
   acclResult_t r = run(c);
   if (r == acclSuccess) {
-    if (!inGroup) c.trace->update(seq, Trace::kDone);
+    if (!groupStart) c.trace->update(seq, Trace::kDone);
     return r;
   }
   c.trace->update(seq, Trace::kFailed, r);
@@ -203,20 +206,42 @@ void checkAgreement(Comm& c, const OpDesc& d, uint64_t seq) {
 
 // ------------------------------------------------------------------ groups
 
+// A queued operation's call with its arguments, held inline: in a std::function, whose small
+// buffer they outgrow, every call in a group cost an allocation.
+class QueuedRun {
+ public:
+  template <class F>
+  explicit QueuedRun(const F& f) : call_([](const void* p, Comm& c) {
+      return (*static_cast<const F*>(p))(c);
+    }) {
+    static_assert(sizeof(F) <= sizeof(buf_) && alignof(F) <= alignof(std::max_align_t) &&
+                      std::is_trivially_copyable_v<F>,
+                  "a queued call captures plain values only");
+    new (buf_) F(f);
+  }
+  acclResult_t operator()(Comm& c) const { return call_(buf_, c); }
+
+ private:
+  alignas(std::max_align_t) unsigned char buf_[64];
+  acclResult_t (*call_)(const void*, Comm&);
+};
+
 struct QueuedOp {
   acclComm_t handle;
   uint64_t seq;
-  std::function<acclResult_t(Comm&)> run;
+  QueuedRun run;
 };
 thread_local int tlsGroupDepth = 0;
 thread_local std::vector<QueuedOp> tlsGroupOps;
+thread_local std::vector<Entered> tlsGroupHeld;
+thread_local std::vector<const acclBackend_v1*> tlsGroupBackends;
 
 void chooseBackend(Comm& c, const OpDesc& d);
 
 // An operation on a communicator: `check` validates (throwing acclInvalidArgument), then `run`
 // calls the backend now, or at acclGroupEnd inside a group.
 template <class Check, class Run>
-acclResult_t commOp(const OpDesc& d, acclComm_t comm, const Check& check, Run&& run) {
+acclResult_t commOp(const OpDesc& d, acclComm_t comm, const Check& check, const Run& run) {
   return api(d.name, [&] {
     Entered e(comm);
     Comm& c = e.comm();
@@ -231,7 +256,7 @@ acclResult_t commOp(const OpDesc& d, acclComm_t comm, const Check& check, Run&& 
     bool queued = tlsGroupDepth > 0;
     c.trace->record(d, seq, queued ? Trace::kQueued : Trace::kStarted);
     if (queued) {
-      tlsGroupOps.push_back({comm, seq, std::forward<Run>(run)});
+      tlsGroupOps.push_back({comm, seq, QueuedRun(run)});
       return acclSuccess;
     }
     return runOnBackend(c, seq, run);
@@ -285,7 +310,7 @@ acclResult_t bootstrapBarrier(void* handle);
 void startBackend(Comm& c) {
   c.backend = findBackend(c.backendName).table;
   c.backendName = c.backend->name;
-  takeBackendMessage();
+  clearBackendMessage();
   acclResult_t r = c.backend->commInit(&c.args, &c.bcomm);
   if (r != acclSuccess) {
     c.backend = nullptr;
@@ -471,7 +496,7 @@ acclResult_t release(const char* name, acclComm_t comm, bool abort) {
     acclResult_t r = acclSuccess;
     std::string msg;
     if (c.bcomm) {
-      takeBackendMessage();
+      clearBackendMessage();
       r = c.backend->commDestroy(c.bcomm);
       if (r != acclSuccess) msg = takeBackendMessage();
     }
@@ -912,28 +937,43 @@ acclResult_t acclGroupEnd(void) {
       ACCL_THROW(acclInvalidUsage, "acclGroupEnd without a matching acclGroupStart");
     if (--tlsGroupDepth > 0) return acclSuccess;
     // Taken out, since a backend may run its group on accl in turn (the fake NCCL of the
-    // tests does), and given back empty however the group ends, keeping its memory.
+    // tests does), and given back empty however the group ends, keeping its memory; so are
+    // the lists below, which a group would otherwise allocate each time.
     struct Taken {
       std::vector<QueuedOp> ops;
-      Taken() { ops.swap(tlsGroupOps); }
+      std::vector<Entered> held;
+      std::vector<const acclBackend_v1*> backends;
+      Taken() {
+        ops.swap(tlsGroupOps);
+        held.swap(tlsGroupHeld);
+        backends.swap(tlsGroupBackends);
+      }
       ~Taken() {
         ops.clear();
+        held.clear();
+        backends.clear();
         if (tlsGroupOps.empty()) tlsGroupOps.swap(ops);
+        tlsGroupHeld.swap(held);
+        tlsGroupBackends.swap(backends);
       }
     } taken;
     const std::vector<QueuedOp>& ops = taken.ops;
     // Hold every communicator the group touches, then replay the calls inside each backend's
     // own group bracket.
-    std::vector<Entered> held;
-    held.reserve(ops.size());
-    std::vector<const acclBackend_v1*> backends;
+    std::vector<Entered>& held = taken.held;
+    std::vector<const acclBackend_v1*>& backends = taken.backends;
+    bool traced = false;  // some communicator keeps a flight recorder: the group reads the clock
     for (auto& op : ops) {
-      held.emplace_back(op.handle);
+      if (std::none_of(held.begin(), held.end(),
+                       [&](const Entered& e) { return e.handle() == op.handle; })) {
+        held.emplace_back(op.handle);
+        traced |= op.handle->impl->trace->on();
+      }
       const acclBackend_v1* b = op.handle->impl->backend;
       if (std::find(backends.begin(), backends.end(), b) == backends.end()) backends.push_back(b);
     }
     for (auto* b : backends) {
-      takeBackendMessage();
+      clearBackendMessage();
       acclResult_t r = b->groupStart();
       if (r != acclSuccess)
         ACCL_THROW(r, "backend %s could not start a group: %s", b->name,
@@ -941,9 +981,10 @@ acclResult_t acclGroupEnd(void) {
     }
     acclResult_t first = acclSuccess;
     std::string firstMsg;
+    const uint64_t started = traced ? Trace::ticks() : 0;
     for (auto& op : ops) {
       try {
-        runOnBackend(*op.handle->impl, op.seq, op.run, true);
+        runOnBackend(*op.handle->impl, op.seq, op.run, &started);
       } catch (const Error& e) {
         if (first == acclSuccess) {
           first = e.code();
@@ -952,7 +993,7 @@ acclResult_t acclGroupEnd(void) {
       }
     }
     for (auto* b : backends) {
-      takeBackendMessage();
+      clearBackendMessage();
       acclResult_t r = b->groupEnd();
       if (r == acclSuccess) continue;
       std::string msg = takeBackendMessage();
@@ -969,7 +1010,9 @@ acclResult_t acclGroupEnd(void) {
       }
     }
     if (first != acclSuccess) throw Error(first, firstMsg);
-    for (auto& op : ops) op.handle->impl->trace->update(op.seq, Trace::kDone);
+    if (!traced) return acclSuccess;
+    const uint64_t done = Trace::ticks();
+    for (auto& op : ops) op.handle->impl->trace->update(op.seq, Trace::kDone, acclSuccess, done);
     return acclSuccess;
   });
 }

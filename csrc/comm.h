@@ -48,6 +48,7 @@ const BackendInfo& findBackend(const std::string& spec);
 
 // The calling thread's message from a backend's host->setError (consumed by api.cc).
 std::string takeBackendMessage();
+void clearBackendMessage();  // before a backend call: no stale message is taken for its own
 void setBackendMessage(const std::string& msg);
 
 }  // namespace accl

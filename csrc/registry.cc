@@ -92,6 +92,8 @@ std::string takeBackendMessage() {
   return m;
 }
 
+void clearBackendMessage() { tlsBackendMessage.clear(); }
+
 void setBackendMessage(const std::string& msg) { tlsBackendMessage = msg; }
 
 const BackendInfo& findBackend(const std::string& spec) {
@@ -111,7 +113,7 @@ const BackendInfo& findBackend(const std::string& spec) {
   if (!b->name || b->abiVersion != ACCL_BACKEND_ABI_VERSION)
     ACCL_THROW(acclInvalidUsage, "backend %s declares ABI version %u in its acclBackendPlugin_v1 "
                "table; expected %u", info.path.c_str(), b->abiVersion, ACCL_BACKEND_ABI_VERSION);
-  takeBackendMessage();
+  clearBackendMessage();
   acclResult_t r = b->init(&kHost);
   if (r != acclSuccess)
     ACCL_THROW(r, "backend '%s' (%s) failed to initialise: %s", b->name, info.path.c_str(),

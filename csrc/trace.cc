@@ -12,7 +12,15 @@
 
 namespace accl {
 
-Trace::Trace(size_t capacity) : ring_(capacity) {}
+namespace {
+size_t powerOfTwoAtLeast(size_t n) {
+  size_t p = 1;
+  while (p < n) p <<= 1;
+  return n ? p : 0;
+}
+}  // namespace
+
+Trace::Trace(size_t capacity) : ring_(powerOfTwoAtLeast(capacity)) {}
 
 uint64_t Trace::ticks() {
 #if defined(__x86_64__)
@@ -29,29 +37,31 @@ uint64_t Trace::ticks() {
 
 void Trace::record(const OpDesc& d, uint64_t seq, State s) {
   if (ring_.empty()) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  Entry& e = ring_[seq % ring_.size()];
-  e = Entry();
+  const int64_t now = sinceStart();
+  Lock lock(busy_);
+  Entry& e = at(seq);
   e.seq = seq;
   e.op = d;
   e.state = s;
-  e.queued = sinceStart();
-  if (s == kStarted) e.started = e.queued;
+  e.result = acclSuccess;
+  e.queued = now;
+  e.started = s == kStarted ? now : -1;
+  e.done = -1;
 }
 
-void Trace::update(uint64_t seq, State s, acclResult_t result) {
+void Trace::update(uint64_t seq, State s, acclResult_t result, uint64_t stamp) {
   if (ring_.empty()) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  Entry& e = ring_[seq % ring_.size()];
+  Lock lock(busy_);
+  Entry& e = at(seq);
   if (e.seq != seq) return;  // already overwritten by newer operations
   e.state = s;
   e.result = result;
-  (s == kStarted ? e.started : e.done) = sinceStart();
+  (s == kStarted ? e.started : e.done) = int64_t(stamp - tick0_);
 }
 
 std::string Trace::json(const std::string& header) const {
   static const char* states[] = {"queued", "started", "done", "failed"};
-  std::lock_guard<std::mutex> lock(mu_);
+  Lock lock(busy_);
   std::vector<const Entry*> live;
   for (auto& e : ring_)
     if (e.seq) live.push_back(&e);

@@ -48,6 +48,35 @@ def test_flight_recorder_names_the_rank_behind(tmp_path):
         in out.stdout, out.stdout
 
 
+def ring_worker(comm):
+    x = np.ones(4, np.float32)
+    for _ in range(5):
+        comm.all_reduce(x)
+    peer = 1 - comm.rank
+    with accl.group():
+        comm.send(np.full(4, comm.rank, np.float32), peer)
+        got = comm.recv(np.empty(4, np.float32), peer)
+    check(np.all(got == peer), f"the group's receive: {got}")
+    for _ in range(5):
+        comm.all_reduce(x)
+    ops = comm.dump_trace()["ops"]
+    # ACCL_TRACE_BUFFER=5 keeps the last 8 of the 12 operations: the capacity is rounded up to a
+    # power of two.
+    check([o["seq"] for o in ops] == list(range(5, 13)), f"the recorder's ops: {ops}")
+    check(all(o["state"] == "done" for o in ops), f"states: {ops}")
+    for o in ops:
+        check(0 <= o["queued_us"] <= o["started_us"] <= o["done_us"], f"times out of order: {o}")
+    send, recv = ops[1], ops[2]
+    check((send["op"], recv["op"]) == ("acclSend", "acclRecv"), f"the group: {send}, {recv}")
+    # A group's operations start together and end together.
+    check(send["started_us"] == recv["started_us"] and send["done_us"] == recv["done_us"],
+          f"the group's stamps: {send}, {recv}")
+
+
+def test_flight_recorder_keeps_a_power_of_two_and_stamps_groups_once():
+    run_ranks(2, ring_worker, env={"ACCL_TRACE_BUFFER": "5"})
+
+
 def mismatch_worker(comm):
     x = np.ones(8, np.float32)
     # Rank 1 calls a different collective, then a different count; rank 2 a different root.
