@@ -218,7 +218,7 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   size_t dataOff = alignUp(ctrlBytes, kPage);
   size_t p2pOff = dataOff + 2 * slotBytes_ * nranks_;
   size_t boxOff = p2pOff + p2pBytes_ * kP2pBufs * nranks_ * nranks_;
-  size_t total = boxOff + kBoxes * kBoxBytes;
+  size_t total = boxOff + kBoxes * kBoxStride;
 
   std::vector<SegmentInfo> info(args_->nranks);
   SegmentInfo& mine = info[args_->rank];
@@ -281,7 +281,7 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   // regions are left to fault in on use. Best effort: kernels before 5.14 lack the advice.
 #ifdef MADV_POPULATE_WRITE
   madvise(b, dataOff, MADV_POPULATE_WRITE);
-  madvise(b + boxOff, kBoxes * kBoxBytes, MADV_POPULATE_WRITE);
+  madvise(b + boxOff, kBoxes * kBoxStride, MADV_POPULATE_WRITE);
 #endif
   header_ = reinterpret_cast<ShmHeader*>(b);
   ctrl_ = reinterpret_cast<RankCtrl*>(b + alignUp(sizeof(ShmHeader), 64));
@@ -525,13 +525,34 @@ char* ShmComm::aside(size_t bytes) {
   return aside_;
 }
 
-char* ShmComm::nextBox(bool write) {
+char* ShmComm::nextBox(bool write, size_t bytes) {
   const uint64_t k = boxStep_++ % kBoxes;
   // Readers of this box's last use (0: none yet) read it after arriving at boxUsed_[k], before
   // their next arrival.
   if (write && boxUsed_[k]) waitEpoch(boxUsed_[k] + 1);
   boxUsed_[k] = epoch_ + 1;  // the epoch this step arrives at
-  return boxes_ + k * kBoxBytes;
+  box_ = boxes_ + k * kBoxStride;
+  return bytes <= kStampAt ? box_ : box_ + 64;
+}
+
+void ShmComm::waitBox(int writer) {
+  const std::atomic<uint64_t>& s = stamp();
+  if (s.load(std::memory_order_acquire) >= epoch_) return;
+  auto missing = [&](int r) { return r == writer && s.load(std::memory_order_acquire) < epoch_; };
+  Backoff wait(args_->timeout, spinNs_, [&] { checkAbort(missing); });
+  while (s.load(std::memory_order_acquire) < epoch_) wait.pause([&] { return awaited(missing); });
+}
+
+std::string ShmComm::awaited(const std::function<bool(int)>& missing) const {
+  std::string list, notes;
+  for (int q = 0; q < nranks_; ++q) {
+    if (!missing(q)) continue;
+    list += (list.empty() ? "" : ",") + std::to_string(members_[q]);
+    // A rank that is itself blocked on another node says on whom (multi-node only).
+    std::string n = note(q);
+    if (!n.empty()) notes += format("; rank %d is %s", members_[q], n.c_str());
+  }
+  return "ranks " + list + " to arrive" + notes;
 }
 
 void ShmComm::arrive() { ctrl_[rank_].epoch.store(++epoch_, std::memory_order_release); }
@@ -544,19 +565,8 @@ void ShmComm::waitRanks(int only, uint64_t epoch) {
   uint64_t lowest = UINT64_MAX;  // the least epoch seen: all have reached it, maybe past `epoch`
   for (int r = only < 0 ? 0 : only; r < (only < 0 ? nranks_ : only + 1); ++r) {
     uint64_t e;
-    while ((e = ctrl_[r].epoch.load(std::memory_order_acquire)) < epoch) {
-      wait.pause([&] {
-        std::string list, notes;
-        for (int q = 0; q < nranks_; ++q) {
-          if (!missing(q)) continue;
-          list += (list.empty() ? "" : ",") + std::to_string(members_[q]);
-          // A rank that is itself blocked on another node says on whom (multi-node only).
-          std::string n = note(q);
-          if (!n.empty()) notes += format("; rank %d is %s", members_[q], n.c_str());
-        }
-        return "ranks " + list + " to arrive" + notes;
-      });
-    }
+    while ((e = ctrl_[r].epoch.load(std::memory_order_acquire)) < epoch)
+      wait.pause([&] { return awaited(missing); });
     lowest = std::min(lowest, e);
   }
   if (only < 0) synced_ = std::max(synced_, lowest);

@@ -211,6 +211,40 @@ TEST_CASE(multichunk) {
   return ok ? 0 : 1;
 }
 
+// Small broadcasts and scatters go through a ring of 64 boxes whose readers wait for a stamp
+// beside the data (ShmComm::nextBox). Every box here takes data beside its stamp and data after
+// it in turn, filled with bytes that read as huge words, while the root comes late every third
+// call: a reader that took data for a stamp would go on before the root wrote and copy the
+// box's earlier contents.
+TEST_CASE(box_stamps) {
+  bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
+    const int n = c.nranks;
+    const size_t sizes[] = {1, 56, 57, 8, 1000, 48, 64};
+    for (int i = 0; i < 300; ++i) {
+      const int root = i % n;
+      const size_t bytes = sizes[i % 7];
+      const bool bcast = i % 2;
+      auto byteOf = [&](size_t k, int block) { return uint8_t(0x80 | ((i * 7 + k + block) & 0x7f)); };
+      std::vector<uint8_t> buf(bytes * n), out(bytes), expect(bytes);
+      for (size_t k = 0; k < bytes; ++k) expect[k] = byteOf(k, bcast ? 0 : c.rank);
+      if (c.rank == root) {
+        for (int b = 0; b < n; ++b)
+          for (size_t k = 0; k < bytes; ++k) buf[b * bytes + k] = byteOf(k, b);
+        if (i % 3 == 0) sleepFor(0.0002);
+      }
+      if (bcast) ACCL_OK(acclBroadcast(buf.data(), out.data(), bytes, acclUint8, root, c.comm, nullptr));
+      else ACCL_OK(acclScatter(buf.data(), out.data(), bytes, acclUint8, root, c.comm, nullptr));
+      if (out != expect)
+        reportFailure(__FILE__, __LINE__, std::string(bcast ? "acclBroadcast" : "acclScatter") +
+                                              " #" + std::to_string(i) + " of " +
+                                              std::to_string(bytes) + " B from root " +
+                                              std::to_string(root) + ": wrong bytes");
+    }
+    sanityAllReduce(c, "the stamped boxes");
+  });
+  return ok ? 0 : 1;
+}
+
 // Blocks from 1 MiB on, where a rank's own block (all-gather, gather, scatter, alltoall) and the
 // root's copy (broadcast) take `rep movsb`, and from 8 MiB on, where they bypass the caches: odd
 // sizes and odd offsets, so the streamed middle has an unaligned head and a short tail on some

@@ -19,11 +19,14 @@ void broadcastDirect(ShmComm& c, const CollArgs& a) {
   const bool root = c.rank() == a.root;
   if (root && a.send != a.recv) copyOnce(a.recv, a.send, a.count * es);
   if (c.fitsBox(a.count * es)) {  // through the ring of small boxes
-    char* box = c.nextBox(root);
-    if (root) memcpy(box, a.send, a.count * es);
+    char* box = c.nextBox(root, a.count * es);
+    if (root) {
+      memcpy(box, a.send, a.count * es);
+      c.stampBox();
+    }
     c.arrive();
     if (!root) {
-      c.waitFor(a.root);
+      c.waitBox(a.root);
       memcpy(a.recv, box, a.count * es);
     }
     return;

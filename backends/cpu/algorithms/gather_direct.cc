@@ -21,7 +21,7 @@ void gatherDirect(ShmComm& c, const CollArgs& a) {
   if (root && a.send != recv + me * a.count * es)
     copyOnce(recv + me * a.count * es, a.send, a.count * es);
   if (c.fitsBox(n * a.count * es)) {
-    char* box = c.nextBox(!root);
+    char* box = c.nextBox(!root, n * a.count * es);
     if (!root) memcpy(box + me * a.count * es, a.send, a.count * es);
     c.arrive();
     if (!root) return;

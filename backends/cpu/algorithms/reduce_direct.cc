@@ -21,7 +21,7 @@ void reduceDirect(ShmComm& c, const CollArgs& a) {
   const void** srcs = c.sources();
   const size_t bytes = a.count * es;
   if (c.fitsBox(n * bytes)) {
-    char* box = c.nextBox(me != a.root);
+    char* box = c.nextBox(me != a.root, n * bytes);
     if (me != a.root) memcpy(box + me * bytes, a.send, bytes);
     c.arrive();
     if (me != a.root) return;

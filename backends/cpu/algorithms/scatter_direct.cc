@@ -20,11 +20,14 @@ void scatterDirect(ShmComm& c, const CollArgs& a) {
   if (root && a.recv != send + me * a.count * es)
     copyOnce(a.recv, send + me * a.count * es, a.count * es);
   if (c.fitsBox(n * a.count * es)) {
-    char* box = c.nextBox(root);
-    if (root) memcpy(box, send, n * a.count * es);
+    char* box = c.nextBox(root, n * a.count * es);
+    if (root) {
+      memcpy(box, send, n * a.count * es);
+      c.stampBox();
+    }
     c.arrive();
     if (!root) {
-      c.waitFor(a.root);
+      c.waitBox(a.root);
       memcpy(a.recv, box + me * a.count * es, a.count * es);
     }
     return;
