@@ -16,6 +16,9 @@ namespace cpu {
 class CpuComm;
 
 struct P2pOp {
+  // addP2p sets the fields it needs: value-initialised, each operation first cleared all its
+  // 264 bytes with `rep stos` (3% of an 8-byte send/recv's samples under perf).
+  P2pOp() {}
   CpuComm* comm;
   bool send;
   int peer;  // rank in the communicator
@@ -25,12 +28,16 @@ struct P2pOp {
   bool internal;  // a step of a collective, not the user's acclSend/acclRecv
   // A peer on this node: its index in the node's ShmComm and the channel's chunks; -1 otherwise.
   int local;
-  size_t chunks, done;
+  size_t chunks, done = 0;
   uint64_t msg;  // its number on the channel (ShmComm::nextMessage)
-  bool eager;    // a send that goes through the channel's buffers, not single copy
-  bool posted;   // a receive whose address the sender may write to (ChannelCtrl::posted)
-  bool offered;  // a send whose buffer waits for the receiver to read it (ChannelCtrl::offered)
-  bool copied;   // a send from a copy of its buffer (in place: copyInPlaceSends)
+  // A send that goes through the channel's buffers, not single copy.
+  bool eager = false;
+  // A receive whose address the sender may write to (ChannelCtrl::posted).
+  bool posted = false;
+  // A send whose buffer waits for the receiver to read it (ChannelCtrl::offered).
+  bool offered = false;
+  // A send from a copy of its buffer (in place: copyInPlaceSends).
+  bool copied = false;
   NetOp net;  // a peer on another node
   bool finished() const { return local >= 0 ? done == chunks : net.complete; }
 };

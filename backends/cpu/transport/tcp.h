@@ -73,7 +73,9 @@ struct NetOp {
     uint64_t bytes;
   } hdr{};
   size_t hdrDone = 0;
-  size_t done[kMaxSocks] = {};  // bytes of each socket's part moved
+  // Bytes of each socket's part moved. Zeroed by start()'s NetOp(), which value-initialises,
+  // not by a default initializer: every P2pOp, most of them local, would clear it.
+  size_t done[kMaxSocks];
   bool complete = false;
 };
 
