@@ -39,9 +39,10 @@ class Trace {
   // The same, stamped with a reading of ticks() that a group's operations share: they start
   // together and end together.
   void update(uint64_t seq, State s, acclResult_t result, uint64_t stamp);
-  // A clock read two or three times for each operation: the TSC where it is invariant (9.7 ns
-  // a reading here, against 24 for steady_clock), else steady_clock's nanoseconds. Dumps
-  // convert the ticks to microseconds by the rate both clocks show since t0_.
+  // A clock read twice for each operation, or once for each of a group's and twice for the
+  // group: the TSC where it is invariant (9.7 ns a reading here, against 24 for steady_clock),
+  // else steady_clock's nanoseconds. Dumps convert the ticks to microseconds by the rate both
+  // clocks show since t0_.
   static uint64_t ticks();
   // The whole buffer as JSON; `header` holds the communicator's fields, without braces.
   std::string json(const std::string& header) const;
