@@ -56,7 +56,8 @@
     "1: before each collective, ranks compare the call, count, type, op and root, and fail "   \
     "with acclInvalidUsage naming the first rank that disagrees (costs a TCP round trip).")     \
   X(TraceBuffer, "ACCL_TRACE_BUFFER", "1000",                                                  \
-    "Operations each communicator's flight recorder keeps (0 turns it off).")                  \
+    "Operations each communicator's flight recorder keeps, at least: rounded up to a power "   \
+    "of two (0 turns it off).")                                                                \
   X(TraceDir, "ACCL_TRACE_DIR", "",                                                            \
     "Directory where a communicator dumps its flight recorder as JSON on a timeout or a dead "  \
     "peer (accl-trace-<comm>-rank<r>.json); read the dumps with python -m accl.trace DIR.")     \

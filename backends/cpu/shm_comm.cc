@@ -218,7 +218,8 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   size_t dataOff = alignUp(ctrlBytes, kPage);
   size_t p2pOff = dataOff + 2 * slotBytes_ * nranks_;
   size_t boxOff = p2pOff + p2pBytes_ * kP2pBufs * nranks_ * nranks_;
-  size_t total = boxOff + kBoxes * kBoxStride;
+  size_t headsOff = boxOff + kBoxes * kBoxBytes;
+  size_t total = headsOff + kBoxes * 64;
 
   std::vector<SegmentInfo> info(args_->nranks);
   SegmentInfo& mine = info[args_->rank];
@@ -281,7 +282,7 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   // regions are left to fault in on use. Best effort: kernels before 5.14 lack the advice.
 #ifdef MADV_POPULATE_WRITE
   madvise(b, dataOff, MADV_POPULATE_WRITE);
-  madvise(b + boxOff, kBoxes * kBoxStride, MADV_POPULATE_WRITE);
+  madvise(b + boxOff, total - boxOff, MADV_POPULATE_WRITE);
 #endif
   header_ = reinterpret_cast<ShmHeader*>(b);
   ctrl_ = reinterpret_cast<RankCtrl*>(b + alignUp(sizeof(ShmHeader), 64));
@@ -289,6 +290,7 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   data_ = b + dataOff;
   p2p_ = b + p2pOff;
   boxes_ = b + boxOff;
+  heads_ = b + headsOff;
   // Peers learn this rank's process once the last exchange below is done.
   ctrl_[rank_].pid = getpid();
   ctrl_[rank_].startTime = processStartTime(getpid());
@@ -531,8 +533,8 @@ char* ShmComm::nextBox(bool write, size_t bytes) {
   // their next arrival.
   if (write && boxUsed_[k]) waitEpoch(boxUsed_[k] + 1);
   boxUsed_[k] = epoch_ + 1;  // the epoch this step arrives at
-  box_ = boxes_ + k * kBoxStride;
-  return bytes <= kStampAt ? box_ : box_ + 64;
+  head_ = heads_ + k * 64;
+  return bytes <= kStampAt ? head_ : boxes_ + k * kBoxBytes;
 }
 
 void ShmComm::waitBox(int writer) {

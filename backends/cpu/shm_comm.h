@@ -193,12 +193,14 @@ class ShmComm {
   // slower).
   static constexpr uint64_t kBoxes = 64;
   static constexpr size_t kBoxBytes = 32768;
-  // Takes the next box for a call with `bytes` of data and returns where they go. A box's first
-  // line ends with its stamp (kStampAt); the data lie beside it when they fit, otherwise from
-  // the next line. A writer alone in a box (a broadcast's or scatter's root) stamps it with the
-  // epoch it then arrives at, and its readers wait for the stamp instead of the writer's epoch:
-  // a call of up to 56 bytes moves one line to each reader instead of two, one after the other.
-  // Nothing else is ever written to a stamp, so the stamp a reader finds is its box's last.
+  // Takes the next box for a call with `bytes` of data and returns where they go. Each box has
+  // a head line, which ends with its stamp (kStampAt); the data lie beside the stamp when they
+  // fit, otherwise in the box's kBoxBytes. A writer alone in a box (a broadcast's or scatter's
+  // root) stamps it with the epoch it then arrives at, and its readers wait for the stamp
+  // instead of the writer's epoch: a call of up to 56 bytes moves one line to each reader
+  // instead of two, one after the other. Nothing else is ever written to a stamp, so the stamp
+  // a reader finds is its box's last. The head lines lie together, in one page, where the
+  // boxes take 64 pages (each on its own page, the first broadcasts of 8 B took 2-3x longer).
   static constexpr size_t kStampAt = 56;
   char* nextBox(bool write, size_t bytes);
   void stampBox() { stamp().store(epoch_ + 1, std::memory_order_release); }
@@ -320,7 +322,7 @@ class ShmComm {
   // Waits until rank `only` (-1: every rank) has arrived at `epoch`.
   void waitRanks(int only, uint64_t epoch);
   std::atomic<uint64_t>& stamp() const {
-    return *reinterpret_cast<std::atomic<uint64_t>*>(box_ + kStampAt);
+    return *reinterpret_cast<std::atomic<uint64_t>*>(head_ + kStampAt);
   }
   // What a wait for the ranks where `missing` holds says it waits for.
   std::string awaited(const std::function<bool(int)>& missing) const;
@@ -356,9 +358,9 @@ class ShmComm {
   std::vector<uint64_t> sent_, received_;  // messages started on each channel (nextMessage)
   uint64_t epoch_ = 0, step_ = 0;
   uint64_t synced_ = 0;  // every rank has arrived at this epoch
-  static constexpr size_t kBoxStride = kBoxBytes + 64;  // a box and its first line
   uint64_t boxStep_ = 0, boxUsed_[kBoxes] = {};
-  char* box_ = nullptr;  // the box of the latest call that took one
+  char* heads_ = nullptr;  // kBoxes head lines
+  char* head_ = nullptr;   // the head line of the latest call's box
   bool oversubscribed_ = false;
   long spinNs_ = 0;
   size_t boxMax_ = kBoxBytes;
