@@ -200,7 +200,8 @@ class ShmComm {
   // instead of the writer's epoch: a call of up to 56 bytes moves one line to each reader
   // instead of two, one after the other. Nothing else is ever written to a stamp, so the stamp
   // a reader finds is its box's last. The head lines lie together, in one page, where the
-  // boxes take 64 pages (each on its own page, the first broadcasts of 8 B took 2-3x longer).
+  // boxes take 64 pages (each in its box's page, a run's first 8-byte broadcasts took up to
+  // 1.8x as long).
   static constexpr size_t kStampAt = 56;
   char* nextBox(bool write, size_t bytes);
   void stampBox() { stamp().store(epoch_ + 1, std::memory_order_release); }
