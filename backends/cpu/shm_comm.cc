@@ -219,7 +219,7 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   size_t p2pOff = dataOff + 2 * slotBytes_ * nranks_;
   size_t boxOff = p2pOff + p2pBytes_ * kP2pBufs * nranks_ * nranks_;
   size_t headsOff = boxOff + kBoxes * kBoxBytes;
-  size_t total = headsOff + kBoxes * 64;
+  size_t total = headsOff + kBoxes * nranks_ * 64;
 
   std::vector<SegmentInfo> info(args_->nranks);
   SegmentInfo& mine = info[args_->rank];
@@ -527,18 +527,18 @@ char* ShmComm::aside(size_t bytes) {
   return aside_;
 }
 
-char* ShmComm::nextBox(bool write, size_t bytes) {
+char* ShmComm::nextBox(bool write) {
   const uint64_t k = boxStep_++ % kBoxes;
   // Readers of this box's last use (0: none yet) read it after arriving at boxUsed_[k], before
   // their next arrival.
   if (write && boxUsed_[k]) waitEpoch(boxUsed_[k] + 1);
   boxUsed_[k] = epoch_ + 1;  // the epoch this step arrives at
-  head_ = heads_ + k * 64;
-  return bytes <= kStampAt ? head_ : boxes_ + k * kBoxBytes;
+  box_ = k;
+  return boxes_ + k * kBoxBytes;
 }
 
 void ShmComm::waitBox(int writer) {
-  const std::atomic<uint64_t>& s = stamp();
+  const std::atomic<uint64_t>& s = stampOf(writer);
   if (s.load(std::memory_order_acquire) >= epoch_) return;
   auto missing = [&](int r) { return r == writer && s.load(std::memory_order_acquire) < epoch_; };
   Backoff wait(args_->timeout, spinNs_, [&] { checkAbort(missing); });

@@ -193,18 +193,20 @@ class ShmComm {
   // slower).
   static constexpr uint64_t kBoxes = 64;
   static constexpr size_t kBoxBytes = 32768;
-  // Takes the next box for a call with `bytes` of data and returns where they go. Each box has
-  // a head line, which ends with its stamp (kStampAt); the data lie beside the stamp when they
-  // fit, otherwise in the box's kBoxBytes. A writer alone in a box (a broadcast's or scatter's
-  // root) stamps it with the epoch it then arrives at, and its readers wait for the stamp
-  // instead of the writer's epoch: a call of up to 56 bytes moves one line to each reader
-  // instead of two, one after the other. Nothing else is ever written to a stamp, so the stamp
-  // a reader finds is its box's last. The head lines lie together, in one page, where the
-  // boxes take 64 pages (each in its box's page, a run's first 8-byte broadcasts took up to
-  // 1.8x as long).
+  // Takes the next box and returns its kBoxBytes. Every rank also has a head line in each box,
+  // which ends with its stamp (kStampAt); a writer's data lie beside its stamp when they fit
+  // (inHead), otherwise in the box. A writer (a broadcast's or scatter's root, a gather's or
+  // reduce's other ranks) stamps its head line with the epoch it then arrives at, and readers
+  // wait for that stamp instead of the writer's epoch: small data cross in the line they wait
+  // on, one line instead of two, one after the other. Only a rank's stamps are written to its
+  // stamp, so the stamp a reader finds is that box's last. The head lines lie together, 4 KiB
+  // a rank, where the boxes take a page each (each head in its box's page, a run's first
+  // 8-byte broadcasts took up to 1.8x as long).
   static constexpr size_t kStampAt = 56;
-  char* nextBox(bool write, size_t bytes);
-  void stampBox() { stamp().store(epoch_ + 1, std::memory_order_release); }
+  static bool inHead(size_t bytes) { return bytes <= kStampAt; }
+  char* nextBox(bool write);
+  char* head(int r) const { return heads_ + (box_ * nranks_ + r) * 64; }
+  void stampBox() { stampOf(rank_).store(epoch_ + 1, std::memory_order_release); }
   // After arriving: waits until rank `writer` has stamped this call's box.
   void waitBox(int writer);
   bool fitsBox(size_t bytes) const { return bytes <= boxMax_; }
@@ -322,8 +324,8 @@ class ShmComm {
   char* mapRegion(int r, const HostRegion& h) const;
   // Waits until rank `only` (-1: every rank) has arrived at `epoch`.
   void waitRanks(int only, uint64_t epoch);
-  std::atomic<uint64_t>& stamp() const {
-    return *reinterpret_cast<std::atomic<uint64_t>*>(head_ + kStampAt);
+  std::atomic<uint64_t>& stampOf(int r) const {
+    return *reinterpret_cast<std::atomic<uint64_t>*>(head(r) + kStampAt);
   }
   // What a wait for the ranks where `missing` holds says it waits for.
   std::string awaited(const std::function<bool(int)>& missing) const;
@@ -360,8 +362,8 @@ class ShmComm {
   uint64_t epoch_ = 0, step_ = 0;
   uint64_t synced_ = 0;  // every rank has arrived at this epoch
   uint64_t boxStep_ = 0, boxUsed_[kBoxes] = {};
-  char* heads_ = nullptr;  // kBoxes head lines
-  char* head_ = nullptr;   // the head line of the latest call's box
+  char* heads_ = nullptr;  // kBoxes x nranks_ head lines
+  uint64_t box_ = 0;       // the box of the latest call that took one
   bool oversubscribed_ = false;
   long spinNs_ = 0;
   size_t boxMax_ = kBoxBytes;

@@ -211,33 +211,49 @@ TEST_CASE(multichunk) {
   return ok ? 0 : 1;
 }
 
-// Small broadcasts and scatters go through a ring of 64 boxes whose readers wait for a stamp
-// beside the data (ShmComm::nextBox). Every box here takes data beside its stamp and data after
-// it in turn, filled with bytes that read as huge words, while the root comes late every third
-// call: a reader that took data for a stamp would go on before the root wrote and copy the
-// box's earlier contents.
+// Small broadcasts, scatters, gathers and reduces go through a ring of 64 boxes whose readers
+// wait for their writers' stamps beside the data (ShmComm::nextBox). Every box here takes data
+// beside the stamps and data in the box in turn, filled with bytes that read as huge words,
+// while the writers come late every third call: a reader that took data for a stamp would go
+// on before the writer wrote and read the box's earlier contents.
 TEST_CASE(box_stamps) {
   bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
     const int n = c.nranks;
     const size_t sizes[] = {1, 56, 57, 8, 1000, 48, 64};
-    for (int i = 0; i < 300; ++i) {
-      const int root = i % n;
+    const char* const names[] = {"acclScatter", "acclBroadcast", "acclGather", "acclReduce"};
+    for (int i = 0; i < 400; ++i) {
+      const int root = i % n, op = i % 4;
       const size_t bytes = sizes[i % 7];
-      const bool bcast = i % 2;
+      const bool rootWrites = op < 2;
       auto byteOf = [&](size_t k, int block) { return uint8_t(0x80 | ((i * 7 + k + block) & 0x7f)); };
-      std::vector<uint8_t> buf(bytes * n), out(bytes), expect(bytes);
-      for (size_t k = 0; k < bytes; ++k) expect[k] = byteOf(k, bcast ? 0 : c.rank);
-      if (c.rank == root) {
+      std::vector<uint8_t> in(bytes * n), out(bytes * n), expect;
+      for (int b = 0; b < n; ++b)
+        for (size_t k = 0; k < bytes; ++k) in[b * bytes + k] = byteOf(k, rootWrites ? b : c.rank);
+      if ((c.rank == root) == rootWrites && i % 3 == 0) sleepFor(0.0002);
+      if (op == 0) {
+        ACCL_OK(acclScatter(in.data(), out.data(), bytes, acclUint8, root, c.comm, nullptr));
+        expect.assign(in.begin() + c.rank * bytes, in.begin() + (c.rank + 1) * bytes);
+        out.resize(bytes);
+      } else if (op == 1) {
+        ACCL_OK(acclBroadcast(in.data(), out.data(), bytes, acclUint8, root, c.comm, nullptr));
+        expect.assign(in.begin(), in.begin() + bytes);
+        out.resize(bytes);
+      } else if (op == 2) {
+        ACCL_OK(acclGather(in.data(), out.data(), bytes, acclUint8, root, c.comm, nullptr));
         for (int b = 0; b < n; ++b)
-          for (size_t k = 0; k < bytes; ++k) buf[b * bytes + k] = byteOf(k, b);
-        if (i % 3 == 0) sleepFor(0.0002);
+          for (size_t k = 0; k < bytes; ++k) expect.push_back(byteOf(k, b));
+      } else {
+        ACCL_OK(acclReduce(in.data(), out.data(), bytes, acclUint8, acclSum, root, c.comm, nullptr));
+        for (size_t k = 0; k < bytes; ++k) {
+          uint8_t sum = 0;
+          for (int b = 0; b < n; ++b) sum = uint8_t(sum + byteOf(k, b));
+          expect.push_back(sum);
+        }
+        out.resize(bytes);
       }
-      if (bcast) ACCL_OK(acclBroadcast(buf.data(), out.data(), bytes, acclUint8, root, c.comm, nullptr));
-      else ACCL_OK(acclScatter(buf.data(), out.data(), bytes, acclUint8, root, c.comm, nullptr));
-      if (out != expect)
-        reportFailure(__FILE__, __LINE__, std::string(bcast ? "acclBroadcast" : "acclScatter") +
-                                              " #" + std::to_string(i) + " of " +
-                                              std::to_string(bytes) + " B from root " +
+      if ((rootWrites || c.rank == root) && out != expect)
+        reportFailure(__FILE__, __LINE__, std::string(names[op]) + " #" + std::to_string(i) +
+                                              " of " + std::to_string(bytes) + " B from root " +
                                               std::to_string(root) + ": wrong bytes");
     }
     sanityAllReduce(c, "the stamped boxes");

@@ -1,7 +1,7 @@
 // Gather, direct: every rank copies its chunk into its slot, one barrier, the root copies all
-// slots out. When all n blocks fit in a box the others copy theirs there and go on, and only
-// the root waits, for all of them: a rank writes a box again only after the root has left the
-// step that read it (ShmComm::nextBox), up to 64 gathers on.
+// slots out. When all n blocks fit in a box the others copy theirs there (or beside their
+// stamps) and go on, and only the root waits, for each one's stamp: a rank writes a box again
+// only after the root has left the step that read it (ShmComm::nextBox), up to 64 gathers on.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -21,13 +21,20 @@ void gatherDirect(ShmComm& c, const CollArgs& a) {
   if (root && a.send != recv + me * a.count * es)
     copyOnce(recv + me * a.count * es, a.send, a.count * es);
   if (c.fitsBox(n * a.count * es)) {
-    char* box = c.nextBox(!root, n * a.count * es);
-    if (!root) memcpy(box + me * a.count * es, a.send, a.count * es);
+    char* box = c.nextBox(!root);
+    const size_t m = a.count * es;
+    auto block = [&](int r) { return ShmComm::inHead(m) ? c.head(r) : box + r * m; };
+    if (!root) {
+      memcpy(block(me), a.send, m);
+      c.stampBox();
+    }
     c.arrive();
     if (!root) return;
-    c.waitAll();
-    for (int r = 0; r < n; ++r)
-      if (r != me) memcpy(recv + r * a.count * es, box + r * a.count * es, a.count * es);
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      c.waitBox(r);
+      memcpy(recv + r * m, block(r), m);
+    }
     return;
   }
   for (size_t off = 0; off < a.count; off += chunk) {

@@ -21,12 +21,18 @@ void reduceDirect(ShmComm& c, const CollArgs& a) {
   const void** srcs = c.sources();
   const size_t bytes = a.count * es;
   if (c.fitsBox(n * bytes)) {
-    char* box = c.nextBox(me != a.root, n * bytes);
-    if (me != a.root) memcpy(box + me * bytes, a.send, bytes);
+    char* box = c.nextBox(me != a.root);
+    auto block = [&](int r) { return ShmComm::inHead(bytes) ? c.head(r) : box + r * bytes; };
+    if (me != a.root) {
+      memcpy(block(me), a.send, bytes);
+      c.stampBox();
+    }
     c.arrive();
     if (me != a.root) return;
-    c.waitAll();
-    for (int r = 0; r < n; ++r) srcs[r] = box + r * bytes;
+    for (int r = 0; r < n; ++r) {
+      if (r != me) c.waitBox(r);
+      srcs[r] = block(r);
+    }
     srcs[me] = a.send;
     reduce(a.recv, srcs, n, a.count, a.type, a.op);
     return;
