@@ -231,10 +231,15 @@ struct QueuedOp {
   uint64_t seq;
   QueuedRun run;
 };
+// What a group collects: its calls, then at group end the communicators it touches (each held
+// once) and their backends. Kept from one group to the next, so that a group allocates nothing.
+struct GroupLists {
+  std::vector<QueuedOp> ops;
+  std::vector<Entered> held;
+  std::vector<const acclBackend_v1*> backends;
+};
 thread_local int tlsGroupDepth = 0;
-thread_local std::vector<QueuedOp> tlsGroupOps;
-thread_local std::vector<Entered> tlsGroupHeld;
-thread_local std::vector<const acclBackend_v1*> tlsGroupBackends;
+thread_local GroupLists tlsGroup;
 
 void chooseBackend(Comm& c, const OpDesc& d);
 
@@ -256,7 +261,7 @@ acclResult_t commOp(const OpDesc& d, acclComm_t comm, const Check& check, const 
     bool queued = tlsGroupDepth > 0;
     c.trace->record(d, seq, queued ? Trace::kQueued : Trace::kStarted);
     if (queued) {
-      tlsGroupOps.push_back({comm, seq, QueuedRun(run)});
+      tlsGroup.ops.push_back({comm, seq, QueuedRun(run)});
       return acclSuccess;
     }
     return runOnBackend(c, seq, run);
@@ -937,31 +942,22 @@ acclResult_t acclGroupEnd(void) {
       ACCL_THROW(acclInvalidUsage, "acclGroupEnd without a matching acclGroupStart");
     if (--tlsGroupDepth > 0) return acclSuccess;
     // Taken out, since a backend may run its group on accl in turn (the fake NCCL of the
-    // tests does), and given back empty however the group ends, keeping its memory; so are
-    // the lists below, which a group would otherwise allocate each time.
+    // tests does), and given back empty however the group ends, keeping their memory.
     struct Taken {
-      std::vector<QueuedOp> ops;
-      std::vector<Entered> held;
-      std::vector<const acclBackend_v1*> backends;
-      Taken() {
-        ops.swap(tlsGroupOps);
-        held.swap(tlsGroupHeld);
-        backends.swap(tlsGroupBackends);
-      }
+      GroupLists lists;
+      Taken() { std::swap(lists, tlsGroup); }
       ~Taken() {
-        ops.clear();
-        held.clear();
-        backends.clear();
-        if (tlsGroupOps.empty()) tlsGroupOps.swap(ops);
-        tlsGroupHeld.swap(held);
-        tlsGroupBackends.swap(backends);
+        lists.ops.clear();
+        lists.held.clear();
+        lists.backends.clear();
+        if (tlsGroup.ops.empty()) std::swap(lists, tlsGroup);
       }
     } taken;
-    const std::vector<QueuedOp>& ops = taken.ops;
+    const std::vector<QueuedOp>& ops = taken.lists.ops;
     // Hold every communicator the group touches, then replay the calls inside each backend's
     // own group bracket.
-    std::vector<Entered>& held = taken.held;
-    std::vector<const acclBackend_v1*>& backends = taken.backends;
+    std::vector<Entered>& held = taken.lists.held;
+    std::vector<const acclBackend_v1*>& backends = taken.lists.backends;
     bool traced = false;  // some communicator keeps a flight recorder: the group reads the clock
     for (auto& op : ops) {
       if (std::none_of(held.begin(), held.end(),

@@ -527,14 +527,13 @@ char* ShmComm::aside(size_t bytes) {
   return aside_;
 }
 
-char* ShmComm::nextBox(bool write) {
+void ShmComm::nextBox(bool write) {
   const uint64_t k = boxStep_++ % kBoxes;
   // Readers of this box's last use (0: none yet) read it after arriving at boxUsed_[k], before
   // their next arrival.
   if (write && boxUsed_[k]) waitEpoch(boxUsed_[k] + 1);
   boxUsed_[k] = epoch_ + 1;  // the epoch this step arrives at
   box_ = k;
-  return boxes_ + k * kBoxBytes;
 }
 
 void ShmComm::waitBox(int writer) {

@@ -193,9 +193,9 @@ class ShmComm {
   // slower).
   static constexpr uint64_t kBoxes = 64;
   static constexpr size_t kBoxBytes = 32768;
-  // Takes the next box and returns its kBoxBytes. Every rank also has a head line in each box,
-  // which ends with its stamp (kStampAt); a writer's data lie beside its stamp when they fit
-  // (inHead), otherwise in the box. A writer (a broadcast's or scatter's root, a gather's or
+  // Takes the next box. Every rank also has a head line in each box, which ends with its stamp
+  // (kStampAt); a writer's data lie beside its stamp when they fit, otherwise in the box's
+  // kBoxBytes (boxFor says where). A writer (a broadcast's or scatter's root, a gather's or
   // reduce's other ranks) stamps its head line with the epoch it then arrives at, and readers
   // wait for that stamp instead of the writer's epoch: small data cross in the line they wait
   // on, one line instead of two, one after the other. Only a rank's stamps are written to its
@@ -203,9 +203,12 @@ class ShmComm {
   // a rank, where the boxes take a page each (each head in its box's page, a run's first
   // 8-byte broadcasts took up to 1.8x as long).
   static constexpr size_t kStampAt = 56;
-  static bool inHead(size_t bytes) { return bytes <= kStampAt; }
-  char* nextBox(bool write);
-  char* head(int r) const { return heads_ + (box_ * nranks_ + r) * 64; }
+  void nextBox(bool write);
+  // Where rank `writer`'s `bytes` go in this call's box: beside its stamp when they fit,
+  // otherwise at byte `at` of the box.
+  char* boxFor(int writer, size_t bytes, size_t at) const {
+    return bytes <= kStampAt ? head(writer) : boxes_ + box_ * kBoxBytes + at;
+  }
   void stampBox() { stampOf(rank_).store(epoch_ + 1, std::memory_order_release); }
   // After arriving: waits until rank `writer` has stamped this call's box.
   void waitBox(int writer);
@@ -324,6 +327,7 @@ class ShmComm {
   char* mapRegion(int r, const HostRegion& h) const;
   // Waits until rank `only` (-1: every rank) has arrived at `epoch`.
   void waitRanks(int only, uint64_t epoch);
+  char* head(int r) const { return heads_ + (box_ * nranks_ + r) * 64; }
   std::atomic<uint64_t>& stampOf(int r) const {
     return *reinterpret_cast<std::atomic<uint64_t>*>(head(r) + kStampAt);
   }

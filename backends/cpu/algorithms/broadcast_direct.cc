@@ -19,8 +19,8 @@ void broadcastDirect(ShmComm& c, const CollArgs& a) {
   const bool root = c.rank() == a.root;
   if (root && a.send != a.recv) copyOnce(a.recv, a.send, a.count * es);
   if (c.fitsBox(a.count * es)) {  // through the ring of small boxes
-    char* box = c.nextBox(root);
-    if (ShmComm::inHead(a.count * es)) box = c.head(a.root);
+    c.nextBox(root);
+    char* box = c.boxFor(a.root, a.count * es, 0);
     if (root) {
       memcpy(box, a.send, a.count * es);
       c.stampBox();

@@ -21,17 +21,16 @@ void reduceDirect(ShmComm& c, const CollArgs& a) {
   const void** srcs = c.sources();
   const size_t bytes = a.count * es;
   if (c.fitsBox(n * bytes)) {
-    char* box = c.nextBox(me != a.root);
-    auto block = [&](int r) { return ShmComm::inHead(bytes) ? c.head(r) : box + r * bytes; };
+    c.nextBox(me != a.root);
     if (me != a.root) {
-      memcpy(block(me), a.send, bytes);
+      memcpy(c.boxFor(me, bytes, me * bytes), a.send, bytes);
       c.stampBox();
     }
     c.arrive();
     if (me != a.root) return;
     for (int r = 0; r < n; ++r) {
       if (r != me) c.waitBox(r);
-      srcs[r] = block(r);
+      srcs[r] = c.boxFor(r, bytes, r * bytes);
     }
     srcs[me] = a.send;
     reduce(a.recv, srcs, n, a.count, a.type, a.op);
