@@ -237,9 +237,19 @@ struct GroupLists {
   std::vector<QueuedOp> ops;
   std::vector<Entered> held;
   std::vector<const acclBackend_v1*> backends;
+  void swap(GroupLists& o) {  // pointers only: std::swap would move each list three times
+    ops.swap(o.ops);
+    held.swap(o.held);
+    backends.swap(o.backends);
+  }
 };
-thread_local int tlsGroupDepth = 0;
-thread_local GroupLists tlsGroup;
+// One thread_local for all of a thread's group state: each costs a lookup per access here.
+struct GroupState {
+  int depth = 0;
+  uint64_t queuedAt = 0;  // the clock when the first traced operation was queued (0: none yet)
+  GroupLists lists;
+};
+thread_local GroupState tlsGroup;
 
 void chooseBackend(Comm& c, const OpDesc& d);
 
@@ -258,13 +268,24 @@ acclResult_t commOp(const OpDesc& d, acclComm_t comm, const Check& check, const 
     if (!c.backend) chooseBackend(c, d);
     uint64_t seq = ++c.seq;
     if (c.checkArgs && !d.p2p) checkAgreement(c, d, seq);
-    bool queued = tlsGroupDepth > 0;
-    c.trace->record(d, seq, queued ? Trace::kQueued : Trace::kStarted);
-    if (queued) {
-      tlsGroup.ops.push_back({comm, seq, QueuedRun(run)});
+    // A collective of count 0 (every rank passes the same) moves nothing: it is done at once,
+    // in or out of a group, and no backend sees it, as NCCL discards it. A barrier has no type
+    // and no count, and a send or receive of nothing still pairs with its peer's.
+    if (d.count == 0 && d.type >= 0 && !d.p2p) {
+      if (c.trace->on()) c.trace->record(d, seq, Trace::kDone, Trace::ticks());
       return acclSuccess;
     }
-    return runOnBackend(c, seq, run);
+    GroupState& g = tlsGroup;
+    if (g.depth == 0) {
+      if (c.trace->on()) c.trace->record(d, seq, Trace::kStarted, Trace::ticks());
+      return runOnBackend(c, seq, run);
+    }
+    if (c.trace->on()) {
+      if (!g.queuedAt) g.queuedAt = Trace::ticks();
+      c.trace->record(d, seq, Trace::kQueued, g.queuedAt);
+    }
+    g.lists.ops.push_back({comm, seq, QueuedRun(run)});
+    return acclSuccess;
   });
 }
 
@@ -932,27 +953,30 @@ acclResult_t acclRecv(void* recvbuff, size_t count, acclDataType_t datatype, int
 }
 
 acclResult_t acclGroupStart(void) {
-  ++tlsGroupDepth;
+  ++tlsGroup.depth;
   return acclSuccess;
 }
 
 acclResult_t acclGroupEnd(void) {
   return api("acclGroupEnd", [&] {
-    if (tlsGroupDepth == 0)
+    GroupState& g = tlsGroup;
+    if (g.depth == 0)
       ACCL_THROW(acclInvalidUsage, "acclGroupEnd without a matching acclGroupStart");
-    if (--tlsGroupDepth > 0) return acclSuccess;
+    if (--g.depth > 0) return acclSuccess;
+    g.queuedAt = 0;
     // Taken out, since a backend may run its group on accl in turn (the fake NCCL of the
     // tests does), and given back empty however the group ends, keeping their memory.
     struct Taken {
+      GroupLists& kept;
       GroupLists lists;
-      Taken() { std::swap(lists, tlsGroup); }
+      explicit Taken(GroupLists& k) : kept(k) { lists.swap(kept); }
       ~Taken() {
         lists.ops.clear();
         lists.held.clear();
         lists.backends.clear();
-        if (tlsGroup.ops.empty()) std::swap(lists, tlsGroup);
+        if (kept.ops.empty()) lists.swap(kept);
       }
-    } taken;
+    } taken(g.lists);
     const std::vector<QueuedOp>& ops = taken.lists.ops;
     // Hold every communicator the group touches, then replay the calls inside each backend's
     // own group bracket.

@@ -35,9 +35,9 @@ uint64_t Trace::ticks() {
       .count();
 }
 
-void Trace::record(const OpDesc& d, uint64_t seq, State s) {
+void Trace::record(const OpDesc& d, uint64_t seq, State s, uint64_t stamp) {
   if (ring_.empty()) return;
-  const int64_t now = sinceStart();
+  const int64_t now = int64_t(stamp - tick0_);
   Lock lock(busy_);
   Entry& e = at(seq);
   e.seq = seq;
@@ -45,8 +45,8 @@ void Trace::record(const OpDesc& d, uint64_t seq, State s) {
   e.state = s;
   e.result = acclSuccess;
   e.queued = now;
-  e.started = s == kStarted ? now : -1;
-  e.done = -1;
+  e.started = s >= kStarted ? now : -1;
+  e.done = s == kDone ? now : -1;
 }
 
 void Trace::update(uint64_t seq, State s, acclResult_t result, uint64_t stamp) {

@@ -115,9 +115,6 @@ acclResult_t collective(const char* name, void* bcomm, void* stream, const CollA
   return guard([&] {
     checkStream(stream);
     CpuComm& c = asComm(bcomm);
-    // Nothing to move: a no-op on every rank, as in NCCL (every rank passes the same count), so
-    // no algorithm sees empty, possibly null, buffers.
-    if (a.count == 0 && coll != kBarrier) return;
     Algo algo = c.algo[coll];
     if (tlsGroup.depth == 0) {
       if (c.singleNode()) return algo(c, a);

@@ -57,7 +57,9 @@ def ring_worker(comm):
         comm.send(np.full(4, comm.rank, np.float32), peer)
         got = comm.recv(np.empty(4, np.float32), peer)
     check(np.all(got == peer), f"the group's receive: {got}")
-    for _ in range(5):
+    empty = np.empty(0, np.float32)
+    comm.all_gather(empty, out=empty)
+    for _ in range(4):
         comm.all_reduce(x)
     ops = comm.dump_trace()["ops"]
     # ACCL_TRACE_BUFFER=5 keeps the last 8 of the 12 operations: the capacity is rounded up to a
@@ -68,9 +70,14 @@ def ring_worker(comm):
         check(0 <= o["queued_us"] <= o["started_us"] <= o["done_us"], f"times out of order: {o}")
     send, recv = ops[1], ops[2]
     check((send["op"], recv["op"]) == ("acclSend", "acclRecv"), f"the group: {send}, {recv}")
-    # A group's operations start together and end together.
-    check(send["started_us"] == recv["started_us"] and send["done_us"] == recv["done_us"],
+    # A group's operations are queued, start and end together.
+    check(all(send[k] == recv[k] for k in ("queued_us", "started_us", "done_us")),
           f"the group's stamps: {send}, {recv}")
+    # A collective that moves nothing is done as it is called, with one stamp.
+    nothing = ops[3]
+    check(nothing["op"] == "acclAllGather" and nothing["count"] == 0 and
+          nothing["queued_us"] == nothing["started_us"] == nothing["done_us"],
+          f"the all_gather of nothing: {nothing}")
 
 
 def test_flight_recorder_keeps_a_power_of_two_and_stamps_groups_once():
