@@ -266,15 +266,25 @@ acclResult_t commOp(const OpDesc& d, acclComm_t comm, const Check& check, const 
       ACCL_THROW(err.code(), "rank %d/%d: %s", c.rank, c.nranks, err.what());
     }
     if (!c.backend) chooseBackend(c, d);
-    uint64_t seq = ++c.seq;
-    if (c.checkArgs && !d.p2p) checkAgreement(c, d, seq);
     // A collective of count 0 (every rank passes the same) moves nothing: it is done at once,
-    // in or out of a group, and no backend sees it, as NCCL discards it. A barrier has no type
-    // and no count, and a send or receive of nothing still pairs with its peer's.
+    // in or out of a group, and no backend sees it, as NCCL discards it. Whether a rank called
+    // it cannot matter to the others, so it takes no sequence number and no place in the flight
+    // recorder (whose stamp would cost as much as the rest of the call): ranks that disagree on
+    // it stay in step. ACCL_CHECK still compares it, as the next number, which a disagreement
+    // takes (as the others' calls did). A barrier has no type and no count; a send or a receive
+    // of nothing goes to the backend, as in NCCL.
     if (d.count == 0 && d.type >= 0 && !d.p2p) {
-      if (c.trace->on()) c.trace->record(d, seq, Trace::kDone, Trace::ticks());
+      if (!c.checkArgs) return acclSuccess;
+      try {
+        checkAgreement(c, d, c.seq + 1);
+      } catch (const Error&) {
+        ++c.seq;
+        throw;
+      }
       return acclSuccess;
     }
+    uint64_t seq = ++c.seq;
+    if (c.checkArgs && !d.p2p) checkAgreement(c, d, seq);
     GroupState& g = tlsGroup;
     if (g.depth == 0) {
       if (c.trace->on()) c.trace->record(d, seq, Trace::kStarted, Trace::ticks());

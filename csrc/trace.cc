@@ -45,8 +45,8 @@ void Trace::record(const OpDesc& d, uint64_t seq, State s, uint64_t stamp) {
   e.state = s;
   e.result = acclSuccess;
   e.queued = now;
-  e.started = s >= kStarted ? now : -1;
-  e.done = s == kDone ? now : -1;
+  e.started = s == kStarted ? now : -1;
+  e.done = -1;
 }
 
 void Trace::update(uint64_t seq, State s, acclResult_t result, uint64_t stamp) {

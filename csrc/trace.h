@@ -32,8 +32,7 @@ class Trace {
   // Keeps the last `capacity` operations, rounded up to a power of two (0: none).
   explicit Trace(size_t capacity);
   bool on() const { return !ring_.empty(); }
-  // A new operation in state `s`, which sets its times up to that state (queued; started; done)
-  // to `stamp`, a reading of ticks().
+  // A new operation, queued or started at `stamp`, a reading of ticks().
   void record(const OpDesc& d, uint64_t seq, State s, uint64_t stamp);
   void update(uint64_t seq, State s, acclResult_t result = acclSuccess) {
     update(seq, s, result, ticks());
@@ -42,10 +41,9 @@ class Trace {
   // together and end together.
   void update(uint64_t seq, State s, acclResult_t result, uint64_t stamp);
   // The clock, read twice for an operation alone and three times for a group whatever it holds
-  // (its first queued operation's stamp is all its operations' "queued"), once for one that
-  // moves nothing: the TSC where it is invariant (9.7 ns a reading here, against 24 for
-  // steady_clock), else steady_clock's nanoseconds. Dumps convert the ticks to microseconds by
-  // the rate both clocks show since t0_.
+  // (its first queued operation's stamp is all its operations' "queued"): the TSC where it is
+  // invariant (9.7 ns a reading here, against 24 for steady_clock), else steady_clock's
+  // nanoseconds. Dumps convert the ticks to microseconds by the rate both clocks show since t0_.
   static uint64_t ticks();
   // The whole buffer as JSON; `header` holds the communicator's fields, without braces.
   std::string json(const std::string& header) const;

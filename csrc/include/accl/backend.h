@@ -15,7 +15,7 @@
  *  - Arguments are validated by the core first: buffers are non-null when count > 0, types and
  *    ops are in range, roots and peers are valid ranks, in-place layouts are the allowed ones.
  *    A collective of count 0 never reaches the backend (the core completes it, as NCCL
- *    discards it); a send or receive of count 0 does, and pairs with its peer's.
+ *    discards it); a send or receive of count 0 does (the cpu backend completes it at once).
  *  - It never prints to stdout, never exits or aborts the process, and never blocks longer than
  *    args->timeout seconds; it returns acclTimeout then, acclRemoteError when *args->abortFlag
  *    becomes non-zero.
