@@ -294,6 +294,8 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   // Peers learn this rank's process once the last exchange below is done.
   ctrl_[rank_].pid = getpid();
   ctrl_[rank_].startTime = processStartTime(getpid());
+  if (sched_getaffinity(0, sizeof(cpu_set_t), &ctrl_[rank_].cpus) != 0)
+    CPU_ZERO(&ctrl_[rank_].cpus);  // unknown: shares a CPU with no rank, so waits never spin
   if (rank_ == 0) {
     header_->magic = kShmMagic;
     header_->commHash = args_->commHash;
@@ -326,6 +328,19 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
       ACCL_INFO("SHM", "rank %d: cross-memory attach is not possible between all ranks (ptrace "
                 "restrictions or pid namespaces): large messages are copied through /dev/shm",
                 args_->rank);
+  }
+  apart_.assign(nranks_, 0);
+  if (oversubscribed_) {
+    std::string list;
+    for (int r = 0; r < nranks_; ++r) {
+      cpu_set_t both;
+      CPU_AND(&both, &ctrl_[r].cpus, &ctrl_[rank_].cpus);
+      apart_[r] = r != rank_ && CPU_COUNT(&ctrl_[r].cpus) > 0 && CPU_COUNT(&both) == 0;
+      if (apart_[r]) list += (list.empty() ? "" : ",") + std::to_string(members_[r]);
+    }
+    ACCL_INFO("SHM", "rank %d: more ranks than cores: waits yield at once, but those for ranks "
+              "bound to other CPUs (%s) spin up to %ld ns first", args_->rank,
+              list.empty() ? "none" : list.c_str(), kSpinApartNs);
   }
   canSeePeers_ = true;
   for (int r = 0; r < nranks_; ++r)
@@ -540,7 +555,7 @@ void ShmComm::waitBox(int writer) {
   const std::atomic<uint64_t>& s = stampOf(writer);
   if (s.load(std::memory_order_acquire) >= epoch_) return;
   auto missing = [&](int r) { return r == writer && s.load(std::memory_order_acquire) < epoch_; };
-  Backoff wait(args_->timeout, spinNs_, [&] { checkAbort(missing); });
+  Backoff wait(args_->timeout, spinFor(writer), [&] { checkAbort(missing); });
   while (s.load(std::memory_order_acquire) < epoch_) wait.pause([&] { return awaited(missing); });
 }
 
@@ -562,7 +577,7 @@ void ShmComm::waitRanks(int only, uint64_t epoch) {
   auto missing = [this, only, epoch](int r) {
     return (only < 0 || r == only) && ctrl_[r].epoch.load(std::memory_order_acquire) < epoch;
   };
-  Backoff wait(args_->timeout, spinNs_, [&] { checkAbort(missing); });
+  Backoff wait(args_->timeout, only < 0 ? spinNs_ : spinFor(only), [&] { checkAbort(missing); });
   uint64_t lowest = UINT64_MAX;  // the least epoch seen: all have reached it, maybe past `epoch`
   for (int r = only < 0 ? 0 : only; r < (only < 0 ? nranks_ : only + 1); ++r) {
     uint64_t e;

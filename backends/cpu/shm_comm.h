@@ -8,6 +8,8 @@
 // mapping however the processes end.
 #pragma once
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -58,6 +60,7 @@ struct alignas(64) RankCtrl {
   // kNoCopy otherwise. alltoall_cma.cc says how the peers read each.
   uint32_t sendCopy;
   uint64_t probeAddr, probeValue;  // set at init: peers test that they may read this rank
+  cpu_set_t cpus;                   // set at init: the CPUs this rank may run on
   // Multi-node only: what this rank waits for on another node, or why it failed (`failed` set),
   // so that its local peers, which wait for it in turn, can name the ranks really missing.
   std::atomic<int32_t> failed;
@@ -327,6 +330,15 @@ class ShmComm {
   char* mapRegion(int r, const HostRegion& h) const;
   // Waits until rank `only` (-1: every rank) has arrived at `epoch`.
   void waitRanks(int only, uint64_t epoch);
+  // How long a wait for rank r alone spins before it yields. With more ranks than cores the
+  // waits yield at once (spinNs_ 0), but a rank bound to other CPUs than this one's runs there
+  // meanwhile, and its next write is a fraction of a microsecond away: those waits spin up to
+  // kSpinApartNs first. Yielding at once there, 4 ranks bound two to a core swung between two
+  // modes from one launch to the next, 0.1 and 0.6 us a call for 8 B-512 B broadcasts and
+  // scatters (each wait a switch to the core's other rank, which waited too); spinning 2 us,
+  // 0.08-0.39 in every round (docs/algorithms.md "Waiting").
+  static constexpr long kSpinApartNs = 2000;
+  long spinFor(int r) const { return apart_[r] ? std::max(spinNs_, kSpinApartNs) : spinNs_; }
   char* head(int r) const { return heads_ + (box_ * nranks_ + r) * 64; }
   std::atomic<uint64_t>& stampOf(int r) const {
     return *reinterpret_cast<std::atomic<uint64_t>*>(head(r) + kStampAt);
@@ -370,6 +382,7 @@ class ShmComm {
   uint64_t box_ = 0;       // the box of the latest call that took one
   bool oversubscribed_ = false;
   long spinNs_ = 0;
+  std::vector<char> apart_;  // per rank: bound to none of this rank's CPUs
   size_t boxMax_ = kBoxBytes;
   std::vector<const void*> sources_;
   void* base_ = nullptr;

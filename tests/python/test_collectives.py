@@ -450,3 +450,32 @@ def test_host_memory():
     assert a.shape == (3, 5) and a.dtype == np.float64 and not a.any()
     assert a.ctypes.data % 4096 == 0 and accl.host_empty(0, np.int8).size == 0
     run_ranks(3, host_memory_worker)
+
+
+def bound_worker(uid, rank, size, log):
+    # Two ranks to a CPU, neighbours together, as accl.launch binds more ranks than cores.
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[rank * len(cpus) // size]})
+    os.dup2(os.open(f"{log}.{rank}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+    comm = accl.Communicator(uid, rank, size)
+    for root in range(size):
+        x = np.full(64, rank, np.float32)
+        check_array(comm.broadcast(x, root=root), np.full(64, root, np.float32), "broadcast")
+    comm.destroy()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or (os.cpu_count() or 1) > 4,
+                    reason="needs 2-4 CPUs to run twice as many ranks as cores, bound in pairs")
+def test_waits_spin_only_for_ranks_bound_elsewhere(tmp_path):
+    """With more ranks than cores, a wait for a rank bound to other CPUs spins before it yields;
+    one for a rank that shares this rank's CPU yields at once."""
+    size = 2 * os.cpu_count()
+    cpus = sorted(os.sched_getaffinity(0))
+    run_ranks(size, bound_worker, str(tmp_path / "log"), make_comm=False,
+              env={"ACCL_DEBUG": "INFO", "ACCL_DEBUG_SUBSYS": "SHM"})
+    for r in range(size):
+        mine = cpus[r * len(cpus) // size]
+        apart = [q for q in range(size) if cpus[q * len(cpus) // size] != mine]
+        text = (tmp_path / f"log.{r}").read_text()
+        want = f"bound to other CPUs ({','.join(map(str, apart)) or 'none'}) spin"
+        assert want in text, f"rank {r} bound to CPU {mine}: {want!r} not in {text!r}"
