@@ -52,7 +52,7 @@
     "Bytes of each of the two shared-memory buffers per ordered pair of ranks for send/recv.") \
   X(SpinUs, "ACCL_SPIN_US", "50",                                                              \
     "Microseconds a wait spins before it yields the CPU, then sleeps (with more ranks than "  \
-    "cores: none, but up to 2 for a wait on one rank bound to other CPUs).")                  \
+    "cores: none, but up to 2 for a box's writer bound to other CPUs).")                      \
   X(Check, "ACCL_CHECK", "0",                                                                  \
     "1: before each collective, ranks compare the call, count, type, op and root, and fail "   \
     "with acclInvalidUsage naming the first rank that disagrees (costs a TCP round trip).")     \

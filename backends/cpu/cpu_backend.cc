@@ -218,7 +218,7 @@ bool useCma(const ShmComm& c, const CollArgs& a, Coll k) {
 
 // Whether `blocks` blocks of the call fit a box (ShmComm::nextBox). Rooted collectives that fit
 // take one whatever ACCL_CMA_MIN says: the ranks that only write run ahead there, which no
-// single copy, with its two barriers, can do (docs/algorithms.md, "Steps").
+// single copy, whose root waits for every rank, can do (docs/algorithms.md, "Steps").
 bool fitsBox(const ShmComm& c, const CollArgs& a, int blocks) {
   return c.fitsBox(blocks * a.count * typeSize(a.type));
 }

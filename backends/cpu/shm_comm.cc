@@ -73,9 +73,9 @@ void gather(const acclBackendCommArgs_v1& a, void* data, size_t bytes) {
 // between the ranks' buffers, instead of through /dev/shm. Unset or 0: the crossovers measured
 // at 2 ranks, or with more ranks than cores at 4 ranks on 2 cores, on buffers of whole huge
 // pages (docs/algorithms.md, "Crossovers on whole huge pages"): with more ranks than cores a
-// single copy's two barriers wait for every rank to be scheduled, while staged steps let ranks
-// run ahead. Another number: for all; collective:bytes items: for
-// those named (bytes -1: never). Returns false for -1 alone (never).
+// single copy waits for every rank to be scheduled (in its barriers, or its root does), while
+// staged steps let ranks run ahead. Another number: for all; collective:bytes items: for those
+// named (bytes -1: never). Returns false for -1 alone (never).
 const std::pair<const char*, Coll> kCmaColls[] = {
     {"allreduce", kAllReduce}, {"allgather", kAllGather}, {"reducescatter", kReduceScatter},
     {"broadcast", kBroadcast}, {"reduce", kReduce},      {"alltoall", kAlltoAll},
@@ -338,8 +338,8 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
       apart_[r] = r != rank_ && CPU_COUNT(&ctrl_[r].cpus) > 0 && CPU_COUNT(&both) == 0;
       if (apart_[r]) list += (list.empty() ? "" : ",") + std::to_string(members_[r]);
     }
-    ACCL_INFO("SHM", "rank %d: more ranks than cores: waits yield at once, but those for ranks "
-              "bound to other CPUs (%s) spin up to %ld ns first", args_->rank,
+    ACCL_INFO("SHM", "rank %d: more ranks than cores: waits yield at once, but those for box "
+              "writers bound to other CPUs (%s) spin up to %ld ns first", args_->rank,
               list.empty() ? "none" : list.c_str(), kSpinApartNs);
   }
   canSeePeers_ = true;
@@ -577,7 +577,7 @@ void ShmComm::waitRanks(int only, uint64_t epoch) {
   auto missing = [this, only, epoch](int r) {
     return (only < 0 || r == only) && ctrl_[r].epoch.load(std::memory_order_acquire) < epoch;
   };
-  Backoff wait(args_->timeout, only < 0 ? spinNs_ : spinFor(only), [&] { checkAbort(missing); });
+  Backoff wait(args_->timeout, spinNs_, [&] { checkAbort(missing); });
   uint64_t lowest = UINT64_MAX;  // the least epoch seen: all have reached it, maybe past `epoch`
   for (int r = only < 0 ? 0 : only; r < (only < 0 ? nranks_ : only + 1); ++r) {
     uint64_t e;

@@ -330,13 +330,15 @@ class ShmComm {
   char* mapRegion(int r, const HostRegion& h) const;
   // Waits until rank `only` (-1: every rank) has arrived at `epoch`.
   void waitRanks(int only, uint64_t epoch);
-  // How long a wait for rank r alone spins before it yields. With more ranks than cores the
-  // waits yield at once (spinNs_ 0), but a rank bound to other CPUs than this one's runs there
-  // meanwhile, and its next write is a fraction of a microsecond away: those waits spin up to
+  // How long a wait for box writer r spins before it yields. With more ranks than cores the
+  // waits yield at once (spinNs_ 0), but a writer bound to other CPUs than this one's runs there
+  // meanwhile, and its stamp is a fraction of a microsecond away: those waits spin up to
   // kSpinApartNs first. Yielding at once there, 4 ranks bound two to a core swung between two
   // modes from one launch to the next, 0.1 and 0.6 us a call for 8 B-512 B broadcasts and
   // scatters (each wait a switch to the core's other rank, which waited too); spinning 2 us,
-  // 0.08-0.39 in every round (docs/algorithms.md "Waiting").
+  // 0.08-0.39 in every round. A wait for a rank's epoch still yields at once: that rank may
+  // have a long copy before it arrives, and the core's other rank one of its own to make
+  // meanwhile (docs/algorithms.md "Waiting").
   static constexpr long kSpinApartNs = 2000;
   long spinFor(int r) const { return apart_[r] ? std::max(spinNs_, kSpinApartNs) : spinNs_; }
   char* head(int r) const { return heads_ + (box_ * nranks_ + r) * 64; }

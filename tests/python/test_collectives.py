@@ -467,8 +467,8 @@ def bound_worker(uid, rank, size, log):
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or (os.cpu_count() or 1) > 4,
                     reason="needs 2-4 CPUs to run twice as many ranks as cores, bound in pairs")
 def test_waits_spin_only_for_ranks_bound_elsewhere(tmp_path):
-    """With more ranks than cores, a wait for a rank bound to other CPUs spins before it yields;
-    one for a rank that shares this rank's CPU yields at once."""
+    """With more ranks than cores, a wait for a box's writer bound to other CPUs spins before it
+    yields; one for a writer that shares this rank's CPU yields at once."""
     size = 2 * os.cpu_count()
     cpus = sorted(os.sched_getaffinity(0))
     run_ranks(size, bound_worker, str(tmp_path / "log"), make_comm=False,

@@ -55,21 +55,33 @@ void alltoAllCma(ShmComm& c, const CollArgs& a);
 void gatherCma(ShmComm& c, const CollArgs& a);
 void scatterCma(ShmComm& c, const CollArgs& a);
 // A root in place has no copy of its own to make in a single-copy broadcast, scatter or gather,
-// so it copies the last rootShare bytes of every peer's part itself while the peers copy the
-// rest: 1/n of each, so that every process copies about as much. 0 below minShare, where a
-// share is not worth its system call (4 ranks on the 2 cores, 32 KiB broadcast in place: 1.13x
-// its out-of-place time with 8 KiB shares, 1.00x without, medians of 10 runs; the readers then
-// wait for the root).
-inline size_t rootShare(size_t bytes, int nranks, size_t minShare = size_t(32) << 10) {
-  const size_t share = bytes / nranks / 64 * 64;
-  return share < minShare ? 0 : share;
+// so it copies the last rootShare bytes of every peer's part (the message, or the peer's block)
+// itself while the peers copy the rest: 1/n of each, so that every process copies about as
+// much. None below 32 KiB, where a share is not worth its system call (4 ranks on the 2 cores,
+// 32 KiB broadcast in place: 1.13x its out-of-place time with 8 KiB shares, 1.00x without,
+// medians of 10 runs), nor below 64 KiB with more ranks than cores: 32 KiB shares made a 512 KiB
+// gather or scatter at 4 ranks on the 2 cores 1.1-1.15x slower than none, 64 KiB level, 128 KiB
+// 0.93 (5 alternating launches each, 2026-12-06), and a 128 KiB broadcast in place 19.8-23.0 us
+// against 15.8-18.7 without (4, 2026-12-07). At 2 ranks 32 KiB shares took 0.8 of the time.
+inline size_t rootShare(const ShmComm& c, size_t bytes) {
+  const size_t share = bytes / c.nranks() / 64 * 64;
+  return share < (c.oversubscribed() ? size_t(64) << 10 : size_t(32) << 10) ? 0 : share;
 }
-// The root's share of each block of a gather or scatter in place: from 64 KiB with more ranks
-// than cores, where 32 KiB shares made a 512 KiB gather or scatter at 4 ranks on the 2 cores
-// 1.1-1.15x slower than none, 64 KiB level, 128 KiB 0.93; at 2 ranks 32 KiB shares took 0.8 of
-// the time (5 alternating launches each, 2026-12-06).
-inline size_t blockShare(const ShmComm& c, size_t bytes) {
-  return rootShare(bytes, c.nranks(), c.oversubscribed() ? size_t(64) << 10 : size_t(32) << 10);
+// The waits of a single-copy broadcast, scatter or gather, where every other rank copies from or
+// into the root's buffers alone: after publishing its buffers, a rank other than the root waits
+// for the root alone (rootPublished); at the end only the root waits, for every rank's copy
+// (rootCopied). A root that takes a share (rootShare) copies into or out of the others' buffers
+// too: it waits for all of them to publish first, and they wait for it at the end. Full barriers
+// there had every rank wait for all the others twice a call, which with more ranks than cores
+// means for each to be scheduled (docs/algorithms.md, "Steps").
+inline void rootPublished(ShmComm& c, int root) {
+  c.arrive();
+  if (c.rank() != root) c.waitFor(root);
+}
+inline void rootCopied(ShmComm& c, int root, bool share) {
+  c.arrive();
+  if (c.rank() == root) c.waitAll();
+  else if (share) c.waitFor(root);
 }
 void barrierShm(ShmComm& c, const CollArgs& a);
 // The choice by size on one node (cpu_backend.cc); every rank computes the same.

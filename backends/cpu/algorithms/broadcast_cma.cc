@@ -14,11 +14,12 @@ namespace cpu {
 void broadcastCma(ShmComm& c, const CollArgs& a) {
   const size_t bytes = a.count * typeSize(a.type);
   c.publish(a.send, a.recv);
-  c.barrier();
+  rootPublished(c, a.root);
   // Only the root's buffers say whether it is in place (a reader's send is not used).
   const RankCtrl& root = c.peer(a.root);
-  const size_t share = root.sendAddr == root.recvAddr ? rootShare(bytes, c.nranks()) : 0;
+  const size_t share = root.sendAddr == root.recvAddr ? rootShare(c, bytes) : 0;
   const size_t head = bytes - share;
+  if (c.rank() == a.root && share) c.waitAll();  // the readers' outputs are published
   if (c.rank() != a.root) {
     c.cmaRead(a.root, a.recv, root.sendAddr, head);
   } else if (a.send != a.recv) {
@@ -28,7 +29,7 @@ void broadcastCma(ShmComm& c, const CollArgs& a) {
     for (int r = 0; r < c.nranks(); ++r)
       if (r != a.root) c.cmaWrite(r, c.peer(r).recvAddr + head, tail, share);
   }
-  c.barrier();  // the root's input is read by all, and the root wrote into every reader
+  rootCopied(c, a.root, share);  // the root's input is read by all, and it wrote its share
 }
 
 }  // namespace cpu

@@ -1,10 +1,11 @@
 // Gather, single copy: every other rank writes its block straight into the root's output
 // (process_vm_writev), all at once, while the root copies its own block. A root in place has no
-// block of its own to copy, so it reads the last blockShare bytes of every peer's block itself
+// block of its own to copy, so it reads the last rootShare bytes of every peer's block itself
 // (process_vm_readv) while the peers write the rest. At 2 ranks that took 0.47-0.69 of the time
 // at outputs of 256 KiB-16 MiB and 0.37-0.41 at 32-64 MiB, where the root had read the whole
 // block; 4 ranks on the 2 cores 0.7-0.9 at 2-64 MiB (docs/algorithms.md, "A root that helps").
-// A barrier first publishes the buffers; the one at the end says the root's output is complete.
+// The writers wait for the root's buffers, the root at the end for every write (rootPublished,
+// rootCopied).
 #include "algorithms/algorithms.h"
 #include "reduce.h"
 #include "types.h"
@@ -17,11 +18,12 @@ void gatherCma(ShmComm& c, const CollArgs& a) {
   const size_t bytes = a.count * typeSize(a.type);
   char* recv = static_cast<char*>(a.recv);
   c.publish(a.send, a.recv);
-  c.barrier();
+  rootPublished(c, a.root);
   const RankCtrl& root = c.peer(a.root);
   const bool rootInPlace = root.sendAddr == root.recvAddr + a.root * bytes;
-  const size_t share = rootInPlace ? blockShare(c, bytes) : 0;
+  const size_t share = rootInPlace ? rootShare(c, bytes) : 0;
   const size_t head = bytes - share;
+  if (me == a.root && share) c.waitAll();  // the writers' inputs are published
   if (me != a.root) {
     c.cmaWrite(a.root, root.recvAddr + me * bytes, a.send, head);
   } else if (!rootInPlace) {
@@ -30,7 +32,7 @@ void gatherCma(ShmComm& c, const CollArgs& a) {
     for (int q = 0; q < n; ++q)
       if (q != me) c.cmaRead(q, recv + q * bytes + head, c.peer(q).sendAddr + head, share);
   }
-  c.barrier();  // the root's output is complete
+  rootCopied(c, a.root, share);  // the root's output is complete, and it read its share
 }
 
 }  // namespace cpu

@@ -1,10 +1,10 @@
 // Scatter, single copy: every other rank reads its block straight from the root's input
 // (process_vm_readv), all at once, while the root copies its own block. A root in place has no
-// block of its own to copy, so it writes the last blockShare bytes of every reader's block itself
+// block of its own to copy, so it writes the last rootShare bytes of every reader's block itself
 // (process_vm_writev) while they read the rest, as the broadcast's root does: at 2 ranks 0.47-0.54
 // of the time at inputs of 1-16 MiB, 0.38-0.40 at 32-64 MiB; 4 ranks on the 2 cores 0.7-0.9 at
-// 16-64 MiB (docs/algorithms.md, "A root that helps"). A barrier first publishes the buffers;
-// the one at the end says the root's input has been read.
+// 16-64 MiB (docs/algorithms.md, "A root that helps"). The readers wait for the root's buffers,
+// the root at the end for every read (rootPublished, rootCopied).
 #include "algorithms/algorithms.h"
 #include "reduce.h"
 #include "types.h"
@@ -17,11 +17,12 @@ void scatterCma(ShmComm& c, const CollArgs& a) {
   const size_t bytes = a.count * typeSize(a.type);
   const char* send = static_cast<const char*>(a.send);
   c.publish(a.send, a.recv);
-  c.barrier();
+  rootPublished(c, a.root);
   const RankCtrl& root = c.peer(a.root);
   const bool rootInPlace = root.recvAddr == root.sendAddr + a.root * bytes;
-  const size_t share = rootInPlace ? blockShare(c, bytes) : 0;
+  const size_t share = rootInPlace ? rootShare(c, bytes) : 0;
   const size_t head = bytes - share;
+  if (me == a.root && share) c.waitAll();  // the readers' outputs are published
   if (me != a.root) {
     c.cmaRead(a.root, a.recv, root.sendAddr + me * bytes, head);
   } else if (!rootInPlace) {
@@ -30,7 +31,7 @@ void scatterCma(ShmComm& c, const CollArgs& a) {
     for (int r = 0; r < c.nranks(); ++r)
       if (r != me) c.cmaWrite(r, c.peer(r).recvAddr + head, send + r * bytes + head, share);
   }
-  c.barrier();  // the root's input is read by all, and the root wrote into every reader
+  rootCopied(c, a.root, share);  // the root's input is read by all, and it wrote its share
 }
 
 }  // namespace cpu
