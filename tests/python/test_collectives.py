@@ -399,6 +399,14 @@ def test_rooted_stream(nranks):
               env={"ACCL_SHM_SLOT_BYTES": "4096"})
 
 
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_rooted_stream_single_copy(nranks):
+    # What does not fit a box goes single copy, where the others wait for the root alone and
+    # leave as soon as their copy is made, and only the root waits for them; 320 KB broadcasts
+    # in place have the root write a share into every reader, which waits for it at the end.
+    run_ranks(nranks, rooted_stream_worker, [1, 300, 9000, 40000], env={"ACCL_CMA_MIN": "1"})
+
+
 def host_memory_worker(comm):
     """Arrays from accl.host_empty, which the peers map and copy without the kernel."""
     n, r = comm.size, comm.rank
