@@ -261,6 +261,49 @@ TEST_CASE(box_stamps) {
   return ok ? 0 : 1;
 }
 
+// Single-copy broadcasts, scatters and gathers in place, whose root takes a share of the copies
+// (rootShare: 288 KiB parts give 72 KiB shares at 2-4 ranks): the others leave as soon as they
+// have copied their part, except that they wait for the root's share. Each rank looks at its
+// buffer the moment the call returns, and a gather's writer overwrites its input at once: a
+// reader gone before the root wrote its share would see the last call's bytes, a writer gone
+// before the root read its share would hand it the garbage.
+TEST_CASE(root_share) {
+  bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
+    const int n = c.nranks, me = c.rank;
+    const size_t part = 288 << 10;
+    std::vector<uint8_t> buf(part * n), expect(part * n);
+    const char* const names[] = {"acclBroadcast", "acclScatter", "acclGather"};
+    for (int i = 0; i < 120; ++i) {
+      const int root = i % n, op = (i / n) % 3;
+      auto byteOf = [&](size_t k, int block) { return uint8_t((i * 29 + k * 7 + block) & 0xff); };
+      const size_t bytes = op == 0 ? part : part * n;  // the root's buffer
+      for (size_t k = 0; k < bytes; ++k)
+        buf[k] = me == root || op == 2 ? byteOf(k % part, op == 2 ? me : int(k / part)) : 0;
+      uint8_t* mine = buf.data() + (op == 0 ? 0 : me * part);
+      if (op == 0) {
+        ACCL_OK(acclBroadcast(buf.data(), buf.data(), part, acclUint8, root, c.comm, nullptr));
+      } else if (op == 1) {
+        ACCL_OK(acclScatter(buf.data(), mine, part, acclUint8, root, c.comm, nullptr));
+      } else {
+        ACCL_OK(acclGather(mine, buf.data(), part, acclUint8, root, c.comm, nullptr));
+        if (me != root) memset(mine, 0x5a, part);  // the root may read it only before we return
+      }
+      bool good = true;
+      if (op < 2) {  // every rank's part: the root's share at its end first
+        for (size_t k = part; k-- > 0 && good;) good = mine[k] == byteOf(k, op == 0 ? 0 : me);
+      } else if (me == root) {
+        for (size_t k = 0; k < bytes && good; ++k) good = buf[k] == byteOf(k % part, int(k / part));
+      }
+      if (!good)
+        reportFailure(__FILE__, __LINE__, std::string(names[op]) + " #" + std::to_string(i) +
+                                              " in place from root " + std::to_string(root) +
+                                              ": wrong bytes on rank " + std::to_string(me));
+    }
+    sanityAllReduce(c, "the single copies with the root's share");
+  });
+  return ok ? 0 : 1;
+}
+
 // Blocks from 1 MiB on, where a rank's own block (all-gather, gather, scatter, alltoall) and the
 // root's copy (broadcast) take `rep movsb`, and from 8 MiB on, where they bypass the caches: odd
 // sizes and odd offsets, so the streamed middle has an unaligned head and a short tail on some
