@@ -219,7 +219,8 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   size_t p2pOff = dataOff + 2 * slotBytes_ * nranks_;
   size_t boxOff = p2pOff + p2pBytes_ * kP2pBufs * nranks_ * nranks_;
   size_t headsOff = boxOff + kBoxes * kBoxBytes;
-  size_t total = headsOff + kBoxes * nranks_ * 64;
+  size_t linesOff = headsOff + kBoxes * nranks_ * 64;
+  size_t total = linesOff + 2 * nranks_ * 64;
 
   std::vector<SegmentInfo> info(args_->nranks);
   SegmentInfo& mine = info[args_->rank];
@@ -291,6 +292,7 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   p2p_ = b + p2pOff;
   boxes_ = b + boxOff;
   heads_ = b + headsOff;
+  lines_ = b + linesOff;
   // Peers learn this rank's process once the last exchange below is done.
   ctrl_[rank_].pid = getpid();
   ctrl_[rank_].startTime = processStartTime(getpid());
@@ -557,6 +559,14 @@ void ShmComm::waitBox(int writer) {
   auto missing = [&](int r) { return r == writer && s.load(std::memory_order_acquire) < epoch_; };
   Backoff wait(args_->timeout, spinFor(writer), [&] { checkAbort(missing); });
   while (s.load(std::memory_order_acquire) < epoch_) wait.pause([&] { return awaited(missing); });
+}
+
+void ShmComm::waitLine(int r) {
+  const std::atomic<uint64_t>& s = lineStamp(r);
+  if (s.load(std::memory_order_acquire) >= lineStep_) return;
+  auto missing = [&](int q) { return q == r && s.load(std::memory_order_acquire) < lineStep_; };
+  Backoff wait(args_->timeout, spinNs_, [&] { checkAbort(missing); });
+  while (s.load(std::memory_order_acquire) < lineStep_) wait.pause([&] { return awaited(missing); });
 }
 
 std::string ShmComm::awaited(const std::function<bool(int)>& missing) const {

@@ -216,6 +216,20 @@ class ShmComm {
   // After arriving: waits until rank `writer` has stamped this call's box.
   void waitBox(int writer);
   bool fitsBox(size_t bytes) const { return bytes <= boxMax_; }
+  // Small all-reduces (up to kStampAt bytes a rank) take neither: every rank writes its input
+  // beside a stamp in its own line of one of two sets, used in turn, and reads the others'
+  // lines once their stamps show this call, so one line crosses from each rank where a slot
+  // step moves its epoch's line and then its slot's (docs/algorithms.md, "Small
+  // all-reduces"). No epoch is taken: a rank writes a set again two calls later, once it has
+  // seen every rank's stamp of the call in between, which each writes after reading this set.
+  char* nextLine() {
+    ++lineStep_;
+    return lineOf(rank_);
+  }
+  char* lineOf(int r) const { return lines_ + ((lineStep_ & 1) * nranks_ + r) * 64; }
+  void stampLine() { lineStamp(rank_).store(lineStep_, std::memory_order_release); }
+  // Waits until rank r has stamped its line of this call.
+  void waitLine(int r);
   char* slot(int set, int r) const { return data_ + (size_t(set) * nranks_ + r) * slotBytes_; }
   size_t slotBytes() const { return slotBytes_; }
   // Room for one pointer per rank: the sources of a reduction, without an allocation per call.
@@ -381,6 +395,11 @@ class ShmComm {
   uint64_t synced_ = 0;  // every rank has arrived at this epoch
   uint64_t boxStep_ = 0, boxUsed_[kBoxes] = {};
   char* heads_ = nullptr;  // kBoxes x nranks_ head lines
+  char* lines_ = nullptr;  // 2 x nranks_ lines of small all-reduces
+  uint64_t lineStep_ = 0;  // small all-reduces so far
+  std::atomic<uint64_t>& lineStamp(int r) const {
+    return *reinterpret_cast<std::atomic<uint64_t>*>(lineOf(r) + kStampAt);
+  }
   uint64_t box_ = 0;       // the box of the latest call that took one
   bool oversubscribed_ = false;
   long spinNs_ = 0;

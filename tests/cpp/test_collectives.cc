@@ -261,6 +261,32 @@ TEST_CASE(box_stamps) {
   return ok ? 0 : 1;
 }
 
+// Small all-reduces go through two sets of lines in turn, each rank's input beside its stamp
+// (ShmComm::nextLine): back to back, 4 to 56 bytes, with a rank asleep now and then and
+// staged all-reduces and broadcasts between. A rank that wrote a set while a peer still read it
+// would hand that peer its next call's input.
+TEST_CASE(line_allreduce) {
+  bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
+    const int n = c.nranks;
+    std::vector<int32_t> in(1000), out(1000);
+    for (int i = 0; i < 3000; ++i) {
+      const size_t count = i % 50 == 49 ? 1000 : 1 + i % 14;  // 1000: through the slots
+      for (size_t k = 0; k < count; ++k) in[k] = int32_t(i * 131 + k * 7 + c.rank);
+      if (i % 97 == c.rank) sleepFor(0.0001);
+      if (i % 23 == 0) ACCL_OK(acclBroadcast(in.data(), out.data(), 4, acclInt32, i % n, c.comm, nullptr));
+      ACCL_OK(acclAllReduce(in.data(), out.data(), count, acclInt32, acclSum, c.comm, nullptr));
+      for (size_t k = 0; k < count; ++k)
+        if (out[k] != int32_t(n * (i * 131 + k * 7) + n * (n - 1) / 2)) {
+          reportFailure(__FILE__, __LINE__, "all_reduce #" + std::to_string(i) + " of " +
+                                                std::to_string(count) + " int32: wrong sum");
+          return;
+        }
+    }
+    sanityAllReduce(c, "the small all-reduces");
+  });
+  return ok ? 0 : 1;
+}
+
 // Single-copy broadcasts, scatters and gathers in place, whose root takes a share of the copies
 // (rootShare: 288 KiB parts give 72 KiB shares at 2-4 ranks): the others leave as soon as they
 // have copied their part, except that they wait for the root's share. Each rank looks at its
