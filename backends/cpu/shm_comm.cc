@@ -553,20 +553,11 @@ void ShmComm::nextBox(bool write) {
   box_ = k;
 }
 
-void ShmComm::waitBox(int writer) {
-  const std::atomic<uint64_t>& s = stampOf(writer);
-  if (s.load(std::memory_order_acquire) >= epoch_) return;
-  auto missing = [&](int r) { return r == writer && s.load(std::memory_order_acquire) < epoch_; };
-  Backoff wait(args_->timeout, spinFor(writer), [&] { checkAbort(missing); });
-  while (s.load(std::memory_order_acquire) < epoch_) wait.pause([&] { return awaited(missing); });
-}
-
-void ShmComm::waitLine(int r) {
-  const std::atomic<uint64_t>& s = lineStamp(r);
-  if (s.load(std::memory_order_acquire) >= lineStep_) return;
-  auto missing = [&](int q) { return q == r && s.load(std::memory_order_acquire) < lineStep_; };
-  Backoff wait(args_->timeout, spinNs_, [&] { checkAbort(missing); });
-  while (s.load(std::memory_order_acquire) < lineStep_) wait.pause([&] { return awaited(missing); });
+void ShmComm::waitStamp(const std::atomic<uint64_t>& stamp, uint64_t want, int r, long spinNs) {
+  if (stamp.load(std::memory_order_acquire) >= want) return;
+  auto missing = [&](int q) { return q == r && stamp.load(std::memory_order_acquire) < want; };
+  Backoff wait(args_->timeout, spinNs, [&] { checkAbort(missing); });
+  while (stamp.load(std::memory_order_acquire) < want) wait.pause([&] { return awaited(missing); });
 }
 
 std::string ShmComm::awaited(const std::function<bool(int)>& missing) const {

@@ -214,7 +214,7 @@ class ShmComm {
   }
   void stampBox() { stampOf(rank_).store(epoch_ + 1, std::memory_order_release); }
   // After arriving: waits until rank `writer` has stamped this call's box.
-  void waitBox(int writer);
+  void waitBox(int writer) { waitStamp(stampOf(writer), epoch_, writer, spinFor(writer)); }
   bool fitsBox(size_t bytes) const { return bytes <= boxMax_; }
   // Small all-reduces (up to kStampAt bytes a rank) take neither: every rank writes its input
   // beside a stamp in its own line of one of two sets, used in turn, and reads the others'
@@ -229,7 +229,7 @@ class ShmComm {
   char* lineOf(int r) const { return lines_ + ((lineStep_ & 1) * nranks_ + r) * 64; }
   void stampLine() { lineStamp(rank_).store(lineStep_, std::memory_order_release); }
   // Waits until rank r has stamped its line of this call.
-  void waitLine(int r);
+  void waitLine(int r) { waitStamp(lineStamp(r), lineStep_, r, spinNs_); }
   char* slot(int set, int r) const { return data_ + (size_t(set) * nranks_ + r) * slotBytes_; }
   size_t slotBytes() const { return slotBytes_; }
   // Room for one pointer per rank: the sources of a reduction, without an allocation per call.
@@ -344,6 +344,8 @@ class ShmComm {
   char* mapRegion(int r, const HostRegion& h) const;
   // Waits until rank `only` (-1: every rank) has arrived at `epoch`.
   void waitRanks(int only, uint64_t epoch);
+  // Waits until rank r's `stamp` (a box's head line, a small all-reduce's line) reaches `want`.
+  void waitStamp(const std::atomic<uint64_t>& stamp, uint64_t want, int r, long spinNs);
   // How long a wait for box writer r spins before it yields. With more ranks than cores the
   // waits yield at once (spinNs_ 0), but a writer bound to other CPUs than this one's runs there
   // meanwhile, and its stamp is a fraction of a microsecond away: those waits spin up to
