@@ -273,7 +273,8 @@ TEST_CASE(line_allreduce) {
       const size_t count = i % 50 == 49 ? 1000 : 1 + i % 14;  // 1000: through the slots
       for (size_t k = 0; k < count; ++k) in[k] = int32_t(i * 131 + k * 7 + c.rank);
       if (i % 97 == c.rank) sleepFor(0.0001);
-      if (i % 23 == 0) ACCL_OK(acclBroadcast(in.data(), out.data(), 4, acclInt32, i % n, c.comm, nullptr));
+      if (i % 23 == 0)
+        ACCL_OK(acclBroadcast(in.data(), out.data(), 4, acclInt32, i % n, c.comm, nullptr));
       ACCL_OK(acclAllReduce(in.data(), out.data(), count, acclInt32, acclSum, c.comm, nullptr));
       for (size_t k = 0; k < count; ++k)
         if (out[k] != int32_t(n * (i * 131 + k * 7) + n * (n - 1) / 2)) {
@@ -297,7 +298,7 @@ TEST_CASE(root_share) {
   bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
     const int n = c.nranks, me = c.rank;
     const size_t part = 288 << 10;
-    std::vector<uint8_t> buf(part * n), expect(part * n);
+    std::vector<uint8_t> buf(part * n);
     const char* const names[] = {"acclBroadcast", "acclScatter", "acclGather"};
     for (int i = 0; i < 120; ++i) {
       const int root = i % n, op = (i / n) % 3;
