@@ -74,9 +74,17 @@ inline size_t rootShare(const ShmComm& c, size_t bytes) {
 // too: it waits for all of them to publish first, and they wait for it at the end. Full barriers
 // there had every rank wait for all the others twice a call, which with more ranks than cores
 // means for each to be scheduled (docs/algorithms.md, "Steps").
-inline void rootPublished(ShmComm& c, int root) {
+// rootPublished publishes this rank's buffers, waits, and returns the root's share of each
+// peer's `bytes`: 0 unless the root is in place, which `inPlace` tells from the root's published
+// buffers.
+template <class InPlace>
+size_t rootPublished(ShmComm& c, const CollArgs& a, size_t bytes, InPlace inPlace) {
+  c.publish(a.send, a.recv);
   c.arrive();
-  if (c.rank() != root) c.waitFor(root);
+  if (c.rank() != a.root) c.waitFor(a.root);
+  const size_t share = inPlace(c.peer(a.root)) ? rootShare(c, bytes) : 0;
+  if (c.rank() == a.root && share) c.waitAll();  // the others' buffers are published
+  return share;
 }
 inline void rootCopied(ShmComm& c, int root, bool share) {
   c.arrive();

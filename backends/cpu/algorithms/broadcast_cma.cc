@@ -13,13 +13,11 @@ namespace cpu {
 
 void broadcastCma(ShmComm& c, const CollArgs& a) {
   const size_t bytes = a.count * typeSize(a.type);
-  c.publish(a.send, a.recv);
-  rootPublished(c, a.root);
   // Only the root's buffers say whether it is in place (a reader's send is not used).
+  const size_t share =
+      rootPublished(c, a, bytes, [](const RankCtrl& r) { return r.sendAddr == r.recvAddr; });
   const RankCtrl& root = c.peer(a.root);
-  const size_t share = root.sendAddr == root.recvAddr ? rootShare(c, bytes) : 0;
   const size_t head = bytes - share;
-  if (c.rank() == a.root && share) c.waitAll();  // the readers' outputs are published
   if (c.rank() != a.root) {
     c.cmaRead(a.root, a.recv, root.sendAddr, head);
   } else if (a.send != a.recv) {

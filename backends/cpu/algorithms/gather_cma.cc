@@ -17,16 +17,14 @@ void gatherCma(ShmComm& c, const CollArgs& a) {
   const int n = c.nranks(), me = c.rank();
   const size_t bytes = a.count * typeSize(a.type);
   char* recv = static_cast<char*>(a.recv);
-  c.publish(a.send, a.recv);
-  rootPublished(c, a.root);
+  const size_t share = rootPublished(c, a, bytes, [&](const RankCtrl& r) {
+    return r.sendAddr == r.recvAddr + a.root * bytes;
+  });
   const RankCtrl& root = c.peer(a.root);
-  const bool rootInPlace = root.sendAddr == root.recvAddr + a.root * bytes;
-  const size_t share = rootInPlace ? rootShare(c, bytes) : 0;
   const size_t head = bytes - share;
-  if (me == a.root && share) c.waitAll();  // the writers' inputs are published
   if (me != a.root) {
     c.cmaWrite(a.root, root.recvAddr + me * bytes, a.send, head);
-  } else if (!rootInPlace) {
+  } else if (a.send != recv + me * bytes) {
     copyOnce(recv + me * bytes, a.send, bytes);
   } else if (share) {
     for (int q = 0; q < n; ++q)

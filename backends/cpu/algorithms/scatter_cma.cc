@@ -16,16 +16,14 @@ void scatterCma(ShmComm& c, const CollArgs& a) {
   const int me = c.rank();
   const size_t bytes = a.count * typeSize(a.type);
   const char* send = static_cast<const char*>(a.send);
-  c.publish(a.send, a.recv);
-  rootPublished(c, a.root);
+  const size_t share = rootPublished(c, a, bytes, [&](const RankCtrl& r) {
+    return r.recvAddr == r.sendAddr + a.root * bytes;
+  });
   const RankCtrl& root = c.peer(a.root);
-  const bool rootInPlace = root.recvAddr == root.sendAddr + a.root * bytes;
-  const size_t share = rootInPlace ? rootShare(c, bytes) : 0;
   const size_t head = bytes - share;
-  if (me == a.root && share) c.waitAll();  // the readers' outputs are published
   if (me != a.root) {
     c.cmaRead(a.root, a.recv, root.sendAddr + me * bytes, head);
-  } else if (!rootInPlace) {
+  } else if (a.recv != send + me * bytes) {
     copyOnce(a.recv, send + me * bytes, bytes);
   } else if (share) {
     for (int r = 0; r < c.nranks(); ++r)
