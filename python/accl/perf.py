@@ -18,9 +18,12 @@ numpy's and torch's memory is where transparent huge pages are only advised.
 
 `--library gloo|mpi|mpich|oneccl` runs the same harness over torch.distributed's gloo, mpi4py
 (over Open MPI or MPICH) or Intel oneCCL (through its shim, built by `make oneccl`) instead
-(perf_peers.py). Without a launcher, `-np N` starts N local ranks itself, and `--compare` runs
-the sweep of each library in turn, interleaved over `--passes` passes, and prints medians and
-accl's ratio to each peer (perf_compare.py).
+(perf_peers.py). `--pair LIB` times LIB as well, in the same processes (under LIB's launcher):
+at every point the two libraries' loops alternate, so that both are timed in the same moment
+of a machine whose speed drifts. Without a launcher, `-np N` starts N local ranks itself, and
+`--compare` runs the sweep of each library in turn, interleaved over `--passes` passes, and
+prints medians and accl's ratio to each peer; with `--paired`, each peer's launch pairs it with
+accl (perf_compare.py).
 
 Each collective is described by one Collective entry below; the harness does the rest.
 """
@@ -265,6 +268,8 @@ class Options:
     repeat: int = 1  # timed loops per point; the median is reported
     shared: bool = False  # -R 1: accl's buffers in shared host memory (acclHostAlloc)
     pages: str = "huge"  # of the private buffers: "huge" (advised) or "small"
+    pair: str | None = None  # --pair: a second library timed in the same processes
+    paired: bool = False  # --paired: --compare runs each peer paired with `library`
 
     @property
     def sizes(self) -> list[int]:
@@ -349,6 +354,12 @@ def _parse(argv: list[str] | None) -> Options:
     ap.add_argument("--passes", type=int, default=None,
                     help="interleaved passes over the libraries (default 3 with --compare, else 1)")
     ap.add_argument("--plot", metavar="FILE.png", help="draw busbw and time against size")
+    ap.add_argument("--pair", choices=LIBRARIES, metavar="LIB",
+                    help="also time LIB in the same processes, its loop and --library's in turn "
+                    "at every point (run under LIB's launcher)")
+    ap.add_argument("--paired", action="store_true",
+                    help="with --compare: each peer's launch also times --library (--pair), and "
+                    "the ratios compare the two libraries' loops of the same launches")
     ns = ap.parse_args(argv)
     colls = []
     for name in ns.collective:
@@ -366,12 +377,20 @@ def _parse(argv: list[str] | None) -> Options:
         ap.error("--compare and --passes launch the ranks themselves: give -np N")
     if ns.passes is not None and ns.passes < 1:
         ap.error("--passes must be at least 1")
+    if ns.pair == ns.library:
+        ap.error("--pair names the library the sweep already calls")
+    if ns.pair and ns.nranks is not None:
+        ap.error("--pair runs under the paired library's launcher; with -np use --paired")
+    if (ns.pair or ns.paired) and ns.shared:
+        ap.error("-R 1 gives accl memory that a paired library would share: not with pairs")
     compare = [lib for lib in ns.compare if lib != ns.library]
+    if ns.paired and not compare:
+        ap.error("--paired pairs the libraries of --compare")
     passes = ns.passes or (3 if compare else 1)
     return Options(colls, ns.minbytes, ns.maxbytes, ns.stepfactor, ns.stepbytes, ns.iters,
                    ns.warmup_iters, bool(ns.check), _DTYPES[ns.datatype], _OPS[ns.op], ns.root,
                    ns.json, ns.library, ns.nranks, compare, passes, ns.plot, ns.repeat,
-                   bool(ns.shared), ns.pages)
+                   bool(ns.shared), ns.pages, ns.pair, ns.paired)
 
 
 def _fmt(v: float) -> str:
@@ -458,42 +477,60 @@ def _addr(a: np.ndarray) -> int:
 
 
 class Harness:
-    def __init__(self, runner: Any, opts: Options) -> None:
-        self.runner, self.opts = runner, opts
-        self.n, self.rank = runner.size, runner.rank
+    """Times the calls of one library, or of two in the same processes (--pair): then each of
+    a point's loops is one library's and the next the other's, each repeat starting with the
+    other library, so that the two are timed within milliseconds of each other."""
+
+    def __init__(self, runners: list[Any], opts: Options) -> None:
+        self.runners, self.opts = runners, opts
+        self.n, self.rank = runners[0].size, runners[0].rank
         self.np_dtype = _numpy_dtype(opts.dtype)
         self.itemsize = self.np_dtype.itemsize
         integer = self.np_dtype.kind in "iu"
         self.rtol = 0.0 if integer or opts.op != t.AVG else 2 * float(np.finfo(self.np_dtype).eps)
         self.red = _reducer(opts.op, integer)
 
-    def run(self, coll: Collective, nbytes: int, send: np.ndarray, recv: np.ndarray) -> dict:
+    def run(self, coll: Collective, nbytes: int, send: np.ndarray,
+            recv: np.ndarray) -> list[dict]:
         """Times, and checks if asked, one size out of place (send -> recv) and in place (in
-        recv). Both buffers hold at least nbytes."""
+        recv): a row per library. Both buffers hold at least nbytes."""
         o, isz = self.opts, self.itemsize
         shape = coll.layout(nbytes // isz, self.n)
         elements = max(shape.send, shape.recv)
-        row: dict[str, Any] = {
-            "library": self.runner.library, "pass": 1, "collective": coll.name,
+        rows = [{
+            "library": r.library, "pass": 1, "collective": coll.name,
             "size": elements * isz, "count": elements, "type": t.DTYPE_NAMES[o.dtype],
             "redop": t.OP_NAMES[o.op] if coll.reduces else "none",
             "root": o.root if coll.rooted else -1,
-        }
+        } for r in self.runners]
+        if len(rows) == 2:  # each names the library it was paired with
+            rows[0]["pair"], rows[1]["pair"] = rows[1]["library"], rows[0]["library"]
         for mode in MODES:
             call = self._call(coll, shape, mode, send, recv)
-            try:
-                if o.warmup:
-                    self.runner.time(call, o.warmup)
-                sec = statistics.median(self.runner.max(self.runner.time(call, o.iters) / o.iters)
-                                        for _ in range(o.repeat))
-            except NotAvailable:
-                row[mode] = None
-                continue
-            algbw = elements * isz / sec / 1e9 if sec > 0 else 0.0
-            wrong = self._check(coll, call, recv, shape) if o.check else None
-            row[mode] = {"time_us": sec * 1e6, "algbw": algbw,
-                         "busbw": algbw * coll.busbw_factor(self.n), "wrong": wrong}
-        return row
+            times: list[list[float] | None] = [[] for _ in self.runners]  # None: N/A
+            for i in range(-1 if o.warmup else 0, o.repeat):  # -1: the warm-up calls
+                for j in range(len(self.runners)):
+                    k = (j + max(i, 0)) % len(self.runners)  # repeat i starts with runner i
+                    r, ts = self.runners[k], times[k]
+                    if ts is None:
+                        continue
+                    try:
+                        if i < 0:
+                            r.time(call, o.warmup)
+                        else:
+                            ts.append(r.max(r.time(call, o.iters) / o.iters))
+                    except NotAvailable:
+                        times[k] = None
+            for r, row, ts in zip(self.runners, rows, times):
+                if ts is None:
+                    row[mode] = None
+                    continue
+                sec = statistics.median(ts)
+                algbw = elements * isz / sec / 1e9 if sec > 0 else 0.0
+                wrong = self._check(r, coll, call, recv, shape) if o.check else None
+                row[mode] = {"time_us": sec * 1e6, "algbw": algbw,
+                             "busbw": algbw * coll.busbw_factor(self.n), "wrong": wrong}
+        return rows
 
     def _call(self, coll: Collective, shape: Shape, mode: str, send: np.ndarray,
               recv: np.ndarray) -> Call:
@@ -512,19 +549,21 @@ class Harness:
         first touch of the buffers and of the library's own memory is not the first size's."""
         call = self._call(coll, coll.layout(nbytes // self.itemsize, self.n), "out_of_place",
                           send, recv)
-        if self.opts.warmup:
-            self.runner.time(call, self.opts.warmup)
+        for r in self.runners:
+            if self.opts.warmup:
+                r.time(call, self.opts.warmup)
 
-    def _check(self, coll: Collective, call: Call, recv: np.ndarray, shape: Shape) -> int:
+    def _check(self, runner: Any, coll: Collective, call: Call, recv: np.ndarray,
+               shape: Shape) -> int:
         """Runs the call once more on fresh data; the wrong elements over all ranks."""
         n, r = self.n, self.rank
         gen = _generator(coll.reduces, self.opts.op, n)
         recv[: max(shape.send, shape.recv)] = SENTINEL
         call.src[:] = gen(0, shape.send, r).astype(self.np_dtype)
-        self.runner.time(call, 1)
+        runner.time(call, 1)
         want = coll.expected(gen, self.red, n, r, self.opts.root, shape.count)
         wrong = 0 if want is None else _count_wrong(call.out, want, self.np_dtype, self.rtol)
-        return int(self.runner.sum(wrong))
+        return int(runner.sum(wrong))
 
 
 def make_runner(library: str) -> Any:
@@ -546,20 +585,25 @@ def main(argv: list[str] | None = None) -> int:
         from . import perf_compare
 
         return perf_compare.drive(opts)
-    runner = make_runner(opts.library)
+    # The paired library first: under its launcher it may start what accl's init uses (MPI).
+    runners = [make_runner(opts.pair)] if opts.pair else []
+    runners.insert(0, make_runner(opts.library))
     try:
-        if not 0 <= opts.root < runner.size:
-            raise SystemExit(f"accl.perf: -r {opts.root} is not a rank of {runner.size}")
-        return _sweep(runner, opts)
+        if not 0 <= opts.root < runners[0].size:
+            raise SystemExit(f"accl.perf: -r {opts.root} is not a rank of {runners[0].size}")
+        return _sweep(runners, opts)
     finally:
-        runner.close()
+        for r in runners:
+            r.close()
 
 
-def table_header(coll: str) -> list[str]:
+def table_header(coll: str, paired: bool = False) -> list[str]:
+    """The columns of nccl-tests; a paired sweep's rows also name their library."""
+    lib = f"  {'library':>8s}" if paired else ""
     return [f"#\n# {coll}\n#",
             f"# {'':53s}{'out-of-place':^34s}{'in-place':^34s}",
             f"# {'size':>10s}  {'count':>12s}  {'type':>11s}  {'redop':>6s}  {'root':>6s}"
-            + f"  {'time':>8s}  {'algbw':>6s}  {'busbw':>6s}  {'#wrong':>6s}" * 2,
+            + f"  {'time':>8s}  {'algbw':>6s}  {'busbw':>6s}  {'#wrong':>6s}" * 2 + lib,
             f"# {'(B)':>10s}  {'(elements)':>12s}  {'':>11s}  {'':>6s}  {'':>6s}"
             + f"  {'(us)':>8s}  {'(GB/s)':>6s}  {'(GB/s)':>6s}  {'':>6s}" * 2]
 
@@ -574,7 +618,7 @@ def table_row(row: dict) -> str:
             continue
         wrong = "N/A" if m["wrong"] is None else str(m["wrong"])
         line += f"  {_fmt(m['time_us']):>8s}  {m['algbw']:6.2f}  {m['busbw']:6.2f}  {wrong:>6s}"
-    return line
+    return line + (f"  {row['library']:>8s}" if "pair" in row else "")
 
 
 def totals(rows: list[dict]) -> tuple[int, float]:
@@ -627,8 +671,9 @@ def buffer(count: int, dtype: np.dtype, shared: bool = False, huge: bool = True)
     return a
 
 
-def _sweep(runner: Any, opts: Options) -> int:
-    h = Harness(runner, opts)
+def _sweep(runners: list[Any], opts: Options) -> int:
+    h = Harness(runners, opts)
+    runner, paired = runners[0], len(runners) > 1
     top = opts.sizes[-1] // h.itemsize
     # -R is accl's: the other libraries are faster on private memory (docs/performance.md).
     shared = opts.shared and runner.library == "accl"
@@ -640,38 +685,45 @@ def _sweep(runner: Any, opts: Options) -> int:
     rows = []
     say = print if lead else (lambda *a, **k: None)
     tuned = getattr(runner, "tuning_file", None)
+    pair = f", paired with {runners[1].library} ({runners[1].backend})" if paired else ""
     say(f"# accl.perf: {runner.size} ranks, library {runner.library} (backend {runner.backend}"
-        f"{f', tuning file {tuned}' if tuned else ''}), "
+        f"{f', tuning file {tuned}' if tuned else ''}){pair}, "
         f"{opts.iters_text()}, {opts.warmup} warmup iters, "
         f"check {int(opts.check)}{', shared host memory (-R 1)' if shared else ''}"
         f"{', small pages' if not huge and not shared else ''}")
     todo = len(opts.collectives) * len(opts.sizes)
     for coll in opts.collectives:
-        say("\n".join(table_header(coll.name)))
+        say("\n".join(table_header(coll.name, paired)))
         h.warm_up(coll, opts.sizes[-1], send, recv)
         for nbytes in opts.sizes:
             if progress:
                 progress.show(f"accl.perf: {runner.library} {coll.name} {human(nbytes)} "
-                              f"({len(rows) + 1}/{todo})")
-            row = h.run(coll, nbytes, send, recv)
-            rows.append(row)
+                              f"({len(rows) // len(runners) + 1}/{todo})")
+            point = h.run(coll, nbytes, send, recv)
+            rows += point
             if progress:
                 progress.clear()
-            say(table_row(row), flush=True)
-    wrong, avg = totals(rows)
+            for row in point:
+                say(table_row(row), flush=True)
+    wrong, _ = totals(rows)
+    avg = {r.library: totals([row for row in rows if row["library"] == r.library])[1]
+           for r in runners}
     say("#")
     say(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
-    say(f"# Avg bus bandwidth    : {avg:g}")
+    for lib, bw in avg.items():
+        say(f"# Avg bus bandwidth    : {bw:g}" + (f" ({lib})" if paired else ""))
     if lead and opts.json_path:
         with open(opts.json_path, "w") as f:
             json.dump({"nranks": runner.size, "library": runner.library,
                        "backend": runner.backend, "tuning_file": tuned,
+                       "pair": runners[1].library if paired else None,
+                       "pair_backend": runners[1].backend if paired else None,
                        "iters": opts.iters, "repeat": opts.repeat, "warmup": opts.warmup,
                        "check": opts.check,
                        "datatype": t.DTYPE_NAMES[opts.dtype], "op": t.OP_NAMES[opts.op],
                        "root": opts.root, "shared": shared, "pages": opts.pages,
                        "rows": rows, "wrong": wrong,
-                       "avg_busbw": avg},
+                       "avg_busbw": avg[runner.library]},
                       f, indent=1)
     if lead and opts.plot:
         from . import perf_compare

@@ -8,6 +8,11 @@ a shared machine drifts from minute to minute and a library run only in a slow m
 look slow. The table holds the median over passes of each point's time (out of place) and the
 busbw of that time, then the first library's ratio to each other one: its busbw over theirs,
 which is their time over its time (> 1: the first library is faster).
+
+On this VM the speed drifts faster than a pass: the cost of a line crossing between the cores
+changes every few seconds, for every page at once. `--paired` therefore launches each peer with
+the first library in the same processes (accl.perf --pair), their loops in turn at every point,
+and a ratio compares the two libraries' times of the same launches, taken milliseconds apart.
 """
 
 from __future__ import annotations
@@ -67,8 +72,13 @@ def _mpirun() -> str | None:
     return shutil.which("mpirun", path=os.pathsep.join([here, os.environ.get("PATH", "")]))
 
 
-def launch_cmd(library: str, n: int, args: list[str]) -> list[str]:
+def launch_cmd(library: str, n: int, args: list[str], pair: str | None = None) -> list[str]:
+    """The launch of one sweep of `library`, paired with `pair` (--pair) if given: under the
+    launcher of the paired library, which accl's ranks also start under."""
     sweep = [sys.executable, "-m", "accl.perf", *args, "--library", library]
+    if pair:
+        sweep += ["--pair", pair]
+        library = pair
     # Every library's ranks are placed as accl.launch places them: one per core where they fit,
     # else one core each, neighbouring ranks on the same one (ranks 0 and 1 on the first core).
     fits = n <= len(os.sched_getaffinity(0))
@@ -122,18 +132,22 @@ def drive(opts: perf.Options) -> int:
         if why:
             raise SystemExit(f"accl.perf: cannot run {lib}: {why}")
     single = len(libraries) == 1 and opts.passes == 1
-    todo = len(opts.collectives) * len(opts.sizes)
+    # Paired, a launch per peer times the first library too; else a launch per library.
+    launches = [(opts.library, p) for p in opts.compare] if opts.paired else [
+        (lib, None) for lib in libraries]
+    todo = len(opts.collectives) * len(opts.sizes) * (2 if opts.paired else 1)
     progress = perf.Progress()
     rows, runs = [], []
     with tempfile.TemporaryDirectory(prefix="accl-perf-") as tmp:
         for p in range(1, opts.passes + 1):
-            for lib in libraries:
-                out = os.path.join(tmp, f"{lib}-{p}.json")
-                cmd = launch_cmd(lib, opts.nranks, [*opts.sweep_args(), "-J", out])
-                label = f"pass {p}/{opts.passes} {lib}"
+            for lib, pair in launches:
+                name = f"{lib}+{pair}" if pair else lib
+                out = os.path.join(tmp, f"{name}-{p}.json")
+                cmd = launch_cmd(lib, opts.nranks, [*opts.sweep_args(), "-J", out], pair)
+                label = f"pass {p}/{opts.passes} {name}"
                 code = _run(cmd, single, progress, label, todo)
                 if code not in (0, 1) or not os.path.exists(out):  # 1: wrong results, still rows
-                    raise SystemExit(f"accl.perf: the {lib} sweep of pass {p} failed "
+                    raise SystemExit(f"accl.perf: the {name} sweep of pass {p} failed "
                                      f"(status {code}): {' '.join(cmd)}")
                 with open(out) as f:
                     run = json.load(f)
@@ -142,14 +156,19 @@ def drive(opts: perf.Options) -> int:
                 rows += run["rows"]
                 runs.append({"library": lib, "pass": p, "backend": run["backend"],
                              "tuning_file": run.get("tuning_file")})
+                if pair:
+                    runs.append({"library": pair, "pass": p, "backend": run["pair_backend"],
+                                 "tuning_file": None, "pair": lib})
+                    runs[-2]["pair"] = pair
     med = medians(rows, opts.nranks)
-    ratios = ratios_of(med, libraries)
+    ratios = ratios_of(rows, libraries, opts.nranks)
     wrong, _ = perf.totals(rows)
     if not single:
         print("\n".join(combined_table(opts, libraries, med, ratios, rows)))
     if opts.json_path:
         with open(opts.json_path, "w") as f:
             json.dump({"nranks": opts.nranks, "libraries": libraries, "passes": opts.passes,
+                       "paired": opts.paired,
                        "runs": runs, "iters": opts.iters, "repeat": opts.repeat,
                        "warmup": opts.warmup, "check": opts.check,
                        "datatype": t.DTYPE_NAMES[opts.dtype],
@@ -178,15 +197,19 @@ def medians(rows: list[dict], nranks: int) -> list[dict]:
     return out
 
 
-def ratios_of(med: list[dict], libraries: list[str]) -> list[dict]:
-    """The first library's busbw over each other's, point by point (their time / its time)."""
-    at = {(m["library"], m["collective"], m["size"], m["mode"]): m["time_us"] for m in med}
+def ratios_of(rows: list[dict], libraries: list[str], nranks: int) -> list[dict]:
+    """The first library's busbw over each other's, point by point (their median time over its
+    median time). Where the two were paired (--paired), only the launches that timed both."""
     base, out = libraries[0], []
-    for (lib, coll, size, mode), us in at.items():
-        mine = at.get((base, coll, size, mode))
-        if lib != base and mine:
-            out.append({"library": base, "peer": lib, "collective": coll, "size": size,
-                        "mode": mode, "ratio": us / mine})
+    for peer in libraries[1:]:
+        mine = [r for r in rows if r["library"] == base and r.get("pair", peer) == peer]
+        at = {(m["library"], m["collective"], m["size"], m["mode"]): m["time_us"]
+              for m in medians(mine + [r for r in rows if r["library"] == peer], nranks)}
+        for (lib, coll, size, mode), us in at.items():
+            t = at.get((base, coll, size, mode))
+            if lib == peer and t:
+                out.append({"library": base, "peer": peer, "collective": coll, "size": size,
+                            "mode": mode, "ratio": us / t})
     return out
 
 
@@ -199,6 +222,7 @@ def combined_table(opts: perf.Options, libraries: list[str], med: list[dict],
     lines = [f"# accl.perf: {opts.nranks} ranks, {t.DTYPE_NAMES[opts.dtype]} "
              f"{t.OP_NAMES[opts.op]}, out of place, {opts.iters_text()}, median of "
              f"{opts.passes} interleaved passes"
+             f"{f', each peer paired with {libraries[0]} in its launches' if opts.paired else ''}"
              f"{', accl on shared host memory (-R 1)' if opts.shared else ''}"
              f"{', small pages' if opts.pages == 'small' else ''}; "
              f"ratio = {base} busbw / peer busbw"]

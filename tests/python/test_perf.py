@@ -84,6 +84,13 @@ def test_bad_arguments():
     assert p.returncode == 2 and "unknown library 'nccl'" in p.stderr
     p = run_cmd(launch_cmd(1, sys.executable, "-m", "accl.perf", "all_reduce", "-np", "2"))
     assert p.returncode != 0 and "under a launcher, drop it" in p.stderr
+    p = run_cmd([sys.executable, "-m", "accl.perf", "all_reduce", "-np", "2", "--paired"])
+    assert p.returncode == 2 and "--paired pairs the libraries of --compare" in p.stderr
+    p = run_cmd([sys.executable, "-m", "accl.perf", "all_reduce", "-np", "2", "--pair", "mpi"])
+    assert p.returncode == 2 and "with -np use --paired" in p.stderr
+    p = run_cmd([sys.executable, "-m", "accl.perf", "all_reduce", "-np", "2", "--compare", "mpi",
+                 "--paired", "-R", "1"])
+    assert p.returncode == 2 and "not with pairs" in p.stderr
 
 
 def test_parse_size():
@@ -113,9 +120,9 @@ def test_the_check_sees_missing_results(name):
     # This is rank 1: it receives a result from a root 0, or is the root where only roots do.
     root = "1" if name in ("reduce", "gather") else "0"
     opts = perf._parse([name, "-b", "96", "-e", "96", "-r", root])
-    h = perf.Harness(perf.AcclRunner(_NoOpComm()), opts)
+    h = perf.Harness([perf.AcclRunner(_NoOpComm())], opts)
     send, recv = np.zeros(24, np.float32), np.zeros(24, np.float32)
-    row = h.run(perf.COLLECTIVES[name], 96, send, recv)
+    (row,) = h.run(perf.COLLECTIVES[name], 96, send, recv)
     for mode in ("out_of_place", "in_place"):
         assert row[mode]["wrong"] > 0, (name, mode, row)
 
@@ -241,8 +248,38 @@ def test_repeat_reports_the_median_loop():
 
     opts = perf._parse(["all_reduce", "-n", "4", "-w", "1", "-c", "0", "--repeat", "3"])
     buf = np.zeros(2, np.float32)
-    row = perf.Harness(Fake(), opts).run(perf.COLLECTIVES["all_reduce"], 8, buf, buf.copy())
+    (row,) = perf.Harness([Fake()], opts).run(perf.COLLECTIVES["all_reduce"], 8, buf, buf.copy())
     assert row["out_of_place"]["time_us"] == row["in_place"]["time_us"] == 3e6, row
+
+
+def test_paired_loops_take_turns():
+    """--pair: the two libraries' loops alternate, each repeat starting with the other one, and
+    each library's row holds the median of its own loops."""
+    calls = []
+
+    class Fake:
+        rank, size = 0, 1
+
+        def __init__(self, library, seconds):
+            self.library, self.seconds = library, iter(seconds * 2)  # out of place, in place
+
+        def time(self, call, iters):
+            calls.append((self.library, iters))
+            return next(self.seconds) * iters
+
+        def max(self, x):
+            return x
+
+    opts = perf._parse(["all_reduce", "-n", "4", "-w", "1", "-c", "0", "--repeat", "3"])
+    buf = np.zeros(2, np.float32)
+    a, b = Fake("accl", [0, 1.0, 2.0, 6.0]), Fake("mpi", [0, 4.0, 3.0, 5.0])
+    rows = perf.Harness([a, b], opts).run(perf.COLLECTIVES["all_reduce"], 8, buf, buf.copy())
+    warm, loops = ("accl", 1), ("accl", 4)
+    assert calls[:8] == [warm, ("mpi", 1), loops, ("mpi", 4), ("mpi", 4), loops, loops,
+                         ("mpi", 4)], calls
+    assert [(r["library"], r["pair"], r["out_of_place"]["time_us"]) for r in rows] == [
+        ("accl", "mpi", 2e6), ("mpi", "accl", 4e6)], rows
+    assert perf.table_row(rows[1]).split()[-1] == "mpi"
 
 
 def test_compare_with_gloo_and_mpi(tmp_path):
@@ -296,6 +333,45 @@ def test_compare_with_gloo_and_mpi(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if missing:
         pytest.skip(f"checked accl against {peers} only; missing {missing}")
+
+
+def test_compare_paired_with_mpi(tmp_path):
+    """--paired: each MPI's launch also times accl, in the same processes, and each ratio
+    compares the times of the launches that timed both."""
+    peers = [lib for lib in ("mpi", "mpich") if not perf_compare.unavailable(lib)]
+    if not peers:
+        pytest.skip("neither Open MPI nor MPICH is available: "
+                    f"{[perf_compare.unavailable(lib) for lib in ('mpi', 'mpich')]}")
+    out = tmp_path / "paired.json"
+    p = run_cmd([sys.executable, "-m", "accl.perf", "all_reduce", "broadcast", "-np", "2",
+                 "-b", "8", "-e", "64", "-f", "8", "-n", "4", "-w", "1", "--repeat", "3",
+                 "--compare", ",".join(peers), "--paired", "--passes", "2", "-J", str(out)],
+                timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    assert "each peer paired with accl in its launches" in lines[0], lines[0]
+    assert "# Out of bounds values : 0 OK" in lines
+    data = json.loads(out.read_text())
+    assert data["paired"] and data["wrong"] == 0
+    assert [(r["library"], r["pass"], r.get("pair")) for r in data["runs"]] == [
+        x for p in (1, 2) for peer in peers for x in (("accl", p, peer), (peer, p, "accl"))]
+    points = [(c, s) for c in ("all_reduce", "broadcast") for s in (8, 64)]
+    assert sorted((r["library"], r["pair"], r["pass"], r["collective"], r["size"])
+                  for r in data["rows"]) == sorted(
+        x for peer in peers for p in (1, 2) for c, s in points
+        for x in (("accl", peer, p, c, s), (peer, "accl", p, c, s)))
+    for r in data["rows"]:
+        assert r["out_of_place"]["wrong"] == 0 and r["in_place"]["wrong"] == 0, r
+    for r in data["ratios"]:
+        def times(lib, pair):
+            return sorted(x[r["mode"]]["time_us"] for x in data["rows"] if x["library"] == lib
+                          and x["pair"] == pair and x["collective"] == r["collective"]
+                          and x["size"] == r["size"])
+        mine, theirs = times("accl", r["peer"]), times(r["peer"], "accl")
+        assert len(mine) == len(theirs) == 2
+        assert r["ratio"] == pytest.approx(sum(theirs) / sum(mine))
+    assert {(r["peer"], r["collective"], r["size"]) for r in data["ratios"]} == {
+        (peer, c, s) for peer in peers for c, s in points}
 
 
 def test_torch_accl_against_gloo(tmp_path):
