@@ -48,6 +48,7 @@ bool breaksComm(acclResult_t r) {
 }
 
 void markBroken(Comm& c, acclResult_t r, const std::string& msg) {
+  c.handle->idleCalls.store(false);
   std::lock_guard<std::mutex> lock(c.asyncMutex);
   if (c.asyncError.load() != acclSuccess) return;  // keep the first cause
   c.asyncMessage = msg;
@@ -253,27 +254,38 @@ thread_local GroupState tlsGroup;
 
 void chooseBackend(Comm& c, const OpDesc& d);
 
-// An operation on a communicator: `check` validates (throwing acclInvalidArgument), then `run`
-// calls the backend now, or at acclGroupEnd inside a group.
+// An operation on a communicator: `check` validates the arguments against the handle's rank and
+// size (throwing acclInvalidArgument), then `run` calls the backend now, or at acclGroupEnd
+// inside a group.
 template <class Check, class Run>
 acclResult_t commOp(const OpDesc& d, acclComm_t comm, const Check& check, const Run& run) {
   return api(d.name, [&] {
-    Entered e(comm);
-    Comm& c = e.comm();
-    try {
-      check(c);
-    } catch (const Error& err) {
-      ACCL_THROW(err.code(), "rank %d/%d: %s", c.rank, c.nranks, err.what());
-    }
-    if (!c.backend) chooseBackend(c, d);
     // A collective of count 0 (every rank passes the same) moves nothing: it is done at once,
     // in or out of a group, and no backend sees it, as NCCL discards it. Whether a rank called
     // it cannot matter to the others, so it takes no sequence number and no place in the flight
     // recorder (whose stamp would cost as much as the rest of the call): ranks that disagree on
-    // it stay in step. ACCL_CHECK still compares it, as the next number, which a disagreement
-    // takes (as the others' calls did). A barrier has no type and no count; a send or a receive
-    // of nothing goes to the backend, as in NCCL.
-    if (d.count == 0 && d.type >= 0 && !d.p2p) {
+    // it stay in step. Its arguments are checked on the handle alone where the communicator is
+    // usable (idleCalls); a failed check, or any other state, takes the full way, which says
+    // why. ACCL_CHECK still compares it, as the next number, which a disagreement takes (as the
+    // others' calls did). A barrier has no type and no count; a send or a receive of nothing
+    // goes to the backend, as in NCCL.
+    const bool nothing = d.count == 0 && d.type >= 0 && !d.p2p;
+    if (nothing && comm && comm->magic.load(std::memory_order_relaxed) == acclComm::kLive &&
+        comm->idleCalls.load(std::memory_order_acquire)) {
+      try {
+        check(*comm);
+        return acclSuccess;
+      } catch (const Error&) {
+      }
+    }
+    Entered e(comm);
+    Comm& c = e.comm();
+    try {
+      check(*comm);
+    } catch (const Error& err) {
+      ACCL_THROW(err.code(), "rank %d/%d: %s", c.rank, c.nranks, err.what());
+    }
+    if (nothing) {
       if (!c.checkArgs) return acclSuccess;
       try {
         checkAgreement(c, d, c.seq + 1);
@@ -283,6 +295,7 @@ acclResult_t commOp(const OpDesc& d, acclComm_t comm, const Check& check, const 
       }
       return acclSuccess;
     }
+    if (!c.backend) chooseBackend(c, d);
     uint64_t seq = ++c.seq;
     if (c.checkArgs && !d.p2p) checkAgreement(c, d, seq);
     GroupState& g = tlsGroup;
@@ -319,7 +332,7 @@ void checkOp(acclRedOp_t op) {
   ACCL_ARG_CHECK(validOp(op), "op %d is not an acclRedOp_t", (int)op);
 }
 
-void checkRank(const Comm& c, int r, const char* what) {
+void checkRank(const acclComm& c, int r, const char* what) {
   ACCL_ARG_CHECK(r >= 0 && r < c.nranks, "%s %d is out of range [0, %d)", what, r, c.nranks);
 }
 
@@ -486,11 +499,13 @@ acclResult_t createComm(acclComm_t* out, int nranks, const acclUniqueId& id, int
   auto h = std::make_unique<acclComm>();
   h->impl = std::make_unique<Comm>();
   Comm& c = *h->impl;
-  c.rank = rank;
-  c.nranks = nranks;
+  c.handle = h.get();
+  c.rank = h->rank = rank;
+  c.nranks = h->nranks = nranks;
   c.backendName = s.backend;
   if (s.blocking) {
     initComm(c, id, s.timeout);
+    h->idleCalls.store(!c.checkArgs);
     *out = h.release();
     return acclSuccess;
   }
@@ -499,6 +514,7 @@ acclResult_t createComm(acclComm_t* out, int nranks, const acclUniqueId& id, int
     try {
       initComm(c, id, timeout);
       c.asyncError.store(acclSuccess);
+      c.handle->idleCalls.store(!c.checkArgs);
     } catch (const Error& e) {
       std::lock_guard<std::mutex> lock(c.asyncMutex);
       c.asyncMessage = e.what();
@@ -631,6 +647,7 @@ acclResult_t acclCommFinalize(acclComm_t comm) {
   return api("acclCommFinalize", [&] {
     Entered e(comm);
     Comm& c = e.comm();
+    comm->idleCalls.store(false);
     uint64_t seq = ++c.seq;
     if (c.backend) runOnBackend(c, seq, [](Comm& c) { return c.backend->commFinalize(c.bcomm); });
     c.bootstrap->barrier(c.args.timeout);
@@ -757,7 +774,7 @@ acclResult_t acclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            void* stream) {
   return commOp(
       OpDesc{"acclAllReduce", datatype, count, -1, op, false, recvbuff}, comm,
-      [&](Comm&) {
+      [&](const acclComm&) {
         checkType(datatype);
         checkOp(op);
         size_t bytes = count * typeSize(datatype);
@@ -774,7 +791,7 @@ acclResult_t acclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                            acclDataType_t datatype, int root, acclComm_t comm, void* stream) {
   return commOp(
       OpDesc{"acclBroadcast", datatype, count, root, -1, false, recvbuff}, comm,
-      [&](Comm& c) {
+      [&](const acclComm& c) {
         checkType(datatype);
         checkRank(c, root, "root");
         size_t bytes = count * typeSize(datatype);
@@ -800,7 +817,7 @@ acclResult_t acclReduce(const void* sendbuff, void* recvbuff, size_t count,
                         void* stream) {
   return commOp(
       OpDesc{"acclReduce", datatype, count, root, op, false, sendbuff}, comm,
-      [&](Comm& c) {
+      [&](const acclComm& c) {
         checkType(datatype);
         checkOp(op);
         checkRank(c, root, "root");
@@ -820,7 +837,7 @@ acclResult_t acclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
                            acclDataType_t datatype, acclComm_t comm, void* stream) {
   return commOp(
       OpDesc{"acclAllGather", datatype, sendcount, -1, -1, false, recvbuff}, comm,
-      [&](Comm& c) {
+      [&](const acclComm& c) {
         checkType(datatype);
         size_t bytes = sendcount * typeSize(datatype);
         checkBuffer({"sendbuff", sendbuff, bytes}, sendcount);
@@ -838,7 +855,7 @@ acclResult_t acclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                void* stream) {
   return commOp(
       OpDesc{"acclReduceScatter", datatype, recvcount, -1, op, false, recvbuff}, comm,
-      [&](Comm& c) {
+      [&](const acclComm& c) {
         checkType(datatype);
         checkOp(op);
         size_t bytes = recvcount * typeSize(datatype);
@@ -857,7 +874,7 @@ acclResult_t acclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                           acclDataType_t datatype, acclComm_t comm, void* stream) {
   return commOp(
       OpDesc{"acclAlltoAll", datatype, count, -1, -1, false, recvbuff}, comm,
-      [&](Comm& c) {
+      [&](const acclComm& c) {
         checkType(datatype);
         size_t bytes = count * typeSize(datatype) * c.nranks;
         checkBuffer({"sendbuff", sendbuff, bytes}, count);
@@ -876,7 +893,7 @@ acclResult_t acclGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                         acclDataType_t datatype, int root, acclComm_t comm, void* stream) {
   return commOp(
       OpDesc{"acclGather", datatype, sendcount, root, -1, false, sendbuff}, comm,
-      [&](Comm& c) {
+      [&](const acclComm& c) {
         checkType(datatype);
         checkRank(c, root, "root");
         size_t bytes = sendcount * typeSize(datatype);
@@ -902,7 +919,7 @@ acclResult_t acclScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                          acclDataType_t datatype, int root, acclComm_t comm, void* stream) {
   return commOp(
       OpDesc{"acclScatter", datatype, recvcount, root, -1, false, recvbuff}, comm,
-      [&](Comm& c) {
+      [&](const acclComm& c) {
         checkType(datatype);
         checkRank(c, root, "root");
         size_t bytes = recvcount * typeSize(datatype);
@@ -926,7 +943,7 @@ acclResult_t acclScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
 
 acclResult_t acclBarrier(acclComm_t comm, void* stream) {
   return commOp(
-      OpDesc{"acclBarrier"}, comm, [](Comm&) {},
+      OpDesc{"acclBarrier"}, comm, [](const acclComm&) {},
       [=](Comm& c) {
         return withComposition(
             c, "barrier", [&] { return c.backend->barrier(c.bcomm, stream); },
@@ -938,7 +955,7 @@ acclResult_t acclSend(const void* sendbuff, size_t count, acclDataType_t datatyp
                       acclComm_t comm, void* stream) {
   return commOp(
       OpDesc{"acclSend", datatype, count, peer, -1, true}, comm,
-      [&](Comm& c) {
+      [&](const acclComm& c) {
         checkType(datatype);
         checkRank(c, peer, "peer");
         checkBuffer({"sendbuff", sendbuff, 0}, count);
@@ -952,7 +969,7 @@ acclResult_t acclRecv(void* recvbuff, size_t count, acclDataType_t datatype, int
                       acclComm_t comm, void* stream) {
   return commOp(
       OpDesc{"acclRecv", datatype, count, peer, -1, true}, comm,
-      [&](Comm& c) {
+      [&](const acclComm& c) {
         checkType(datatype);
         checkRank(c, peer, "peer");
         checkBuffer({"recvbuff", recvbuff, 0}, count);

@@ -14,6 +14,7 @@
 namespace accl {
 
 struct Comm {
+  acclComm* handle = nullptr;  // the public handle, which outlives this
   int rank = 0, nranks = 0;
   std::string backendName;
   const acclBackend_v1* backend = nullptr;
@@ -61,5 +62,12 @@ struct acclComm {
   // Calls running on this communicator. It lives here, not in impl, so that a call can announce
   // itself before it looks at impl: destroy marks the handle dead, then waits for this to be 0.
   std::atomic<int> inflight{0};
+  // Fixed at creation, as in impl: what the argument checks read (and a call of nothing, below).
+  int rank = 0, nranks = 0;
+  // Whether a collective of count 0 may complete on the handle alone, without holding impl (its
+  // two locked instructions were half of such a call): set once init succeeded without
+  // ACCL_CHECK (which compares even those calls across ranks), cleared when an error breaks the
+  // communicator or it is finalized. Destroy marks `magic` instead.
+  std::atomic<bool> idleCalls{false};
   std::unique_ptr<accl::Comm> impl;
 };

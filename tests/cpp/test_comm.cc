@@ -144,13 +144,26 @@ TEST_CASE(api_info) {
     CHECK(acclGetLastError(c.comm) != nullptr);
     sanityAllReduce(c, "the queries");
 
-    // After acclCommFinalize only acclCommDestroy is valid.
+    // A call of nothing completes on the handle alone (api.cc, commOp), but its arguments are
+    // still checked, and the error names the rank as any other's does.
+    acclResult_t r = acclBroadcast(nullptr, nullptr, 0, acclInt32, c.nranks, c.comm, nullptr);
+    CHECK_MSG(r == acclInvalidArgument, "a broadcast of nothing from root nranks returned " +
+                                            resultName(r));
+    std::string want = "rank " + std::to_string(c.rank) + "/" + std::to_string(c.nranks) +
+                       ": root " + std::to_string(c.nranks) + " is out of range";
+    CHECK_MSG(lastError().find(want) != std::string::npos,
+              "a broadcast of nothing from root nranks says " + show(lastError()));
+
+    // After acclCommFinalize only acclCommDestroy is valid: a call of nothing fails too.
     ACCL_OK(acclCommFinalize(c.comm));
     int32_t x = 1, y = 0;
-    acclResult_t r = acclAllReduce(&x, &y, 1, acclInt32, acclSum, c.comm, nullptr);
-    CHECK_MSG(r == acclInvalidUsage || r == acclInvalidArgument,
-              "acclAllReduce after acclCommFinalize returned " + resultName(r));
-    if (r != acclSuccess) CHECK_MSG(!lastError().empty(), "no message for the call after finalize");
+    for (size_t count : {1, 0}) {
+      r = acclAllReduce(&x, &y, count, acclInt32, acclSum, c.comm, nullptr);
+      CHECK_MSG(r == acclInvalidUsage, "acclAllReduce of count " + std::to_string(count) +
+                                           " after acclCommFinalize returned " + resultName(r));
+      CHECK_MSG(lastError().find("finalized") != std::string::npos,
+                "the call after finalize says " + show(lastError()));
+    }
   });
   return ok ? 0 : 1;
 }
@@ -507,6 +520,8 @@ TEST_CASE(init_errors) {
   comm = nullptr;
   auto useDead = [&](acclComm_t h, const std::string& how) {
     expectUsage(acclAllReduce(&x, &y, 1, acclInt32, acclSum, h, nullptr), "acclAllReduce", "acclAllReduce " + how);
+    expectUsage(acclAllReduce(&x, &y, 0, acclInt32, acclSum, h, nullptr), "acclAllReduce",
+                "acclAllReduce of nothing " + how);
     expectUsage(acclBroadcast(&x, &y, 1, acclInt32, 0, h, nullptr), "acclBroadcast", "acclBroadcast " + how);
     expectUsage(acclBarrier(h, nullptr), "acclBarrier", "acclBarrier " + how);
     expectUsage(acclSend(&x, 1, acclInt32, 0, h, nullptr), "acclSend", "acclSend " + how);
