@@ -156,10 +156,10 @@ def drive(opts: perf.Options) -> int:
                 rows += run["rows"]
                 runs.append({"library": lib, "pass": p, "backend": run["backend"],
                              "tuning_file": run.get("tuning_file")})
-                if pair:
+                if pair:  # each names the other
+                    runs[-1]["pair"] = pair
                     runs.append({"library": pair, "pass": p, "backend": run["pair_backend"],
                                  "tuning_file": None, "pair": lib})
-                    runs[-2]["pair"] = pair
     med = medians(rows, opts.nranks)
     ratios = ratios_of(rows, libraries, opts.nranks)
     wrong, _ = perf.totals(rows)
