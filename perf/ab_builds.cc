@@ -1,0 +1,158 @@
+// Two builds of libaccl against each other in the same two processes, so that both see the
+// same mode of this VM (docs/performance.md, "How far a point can be trusted": the cost of a
+// line crossing between the cores changes every few seconds, and separate launches compare
+// different draws). Each process loads both libraries side by side (dlopen, RTLD_LOCAL: each
+// keeps its own globals), makes a 2-rank communicator with each, and times their loops in turn,
+// each round starting with the other build. Rank 0 prints each round's two times (µs a call,
+// the slower rank's), then the medians of the rounds where both builds ran in the fast mode and
+// of those where both ran in the slow one (by --slow-us, default 0.2 µs for an 8-byte call).
+// Build and run from the repository root (copy a build first: the two files must differ):
+//   g++ -O2 -std=c++17 -Icsrc/include perf/ab_builds.cc -o /tmp/ab_builds -ldl
+//   /tmp/ab_builds /tmp/libaccl.old.so python/accl/libaccl.so broadcast 8 2000 20000
+// The arguments: the two libraries, the call (all_reduce, broadcast or sendrecv: a group of a
+// send to and a receive from the other rank), its bytes, rounds, calls per loop, and
+// optionally the threshold in µs between the modes.
+#include <accl/accl.h>
+#include <dlfcn.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Build {
+  decltype(&acclGetUniqueId) uniqueId;
+  decltype(&acclCommInitRank) init;
+  decltype(&acclAllReduce) allReduce;
+  decltype(&acclBroadcast) broadcast;
+  decltype(&acclSend) send;
+  decltype(&acclRecv) recv;
+  decltype(&acclGroupStart) groupStart;
+  decltype(&acclGroupEnd) groupEnd;
+  acclUniqueId id;
+  acclComm_t comm;
+
+  explicit Build(const char* path) {
+    void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      fprintf(stderr, "ab_builds: %s\n", dlerror());
+      exit(2);
+    }
+    auto sym = [&](const char* name) {
+      void* p = dlsym(h, name);
+      if (!p) {
+        fprintf(stderr, "ab_builds: %s has no %s\n", path, name);
+        exit(2);
+      }
+      return p;
+    };
+    uniqueId = reinterpret_cast<decltype(uniqueId)>(sym("acclGetUniqueId"));
+    init = reinterpret_cast<decltype(init)>(sym("acclCommInitRank"));
+    allReduce = reinterpret_cast<decltype(allReduce)>(sym("acclAllReduce"));
+    broadcast = reinterpret_cast<decltype(broadcast)>(sym("acclBroadcast"));
+    send = reinterpret_cast<decltype(send)>(sym("acclSend"));
+    recv = reinterpret_cast<decltype(recv)>(sym("acclRecv"));
+    groupStart = reinterpret_cast<decltype(groupStart)>(sym("acclGroupStart"));
+    groupEnd = reinterpret_cast<decltype(groupEnd)>(sym("acclGroupEnd"));
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 7) {
+    fprintf(stderr, "usage: ab_builds LIB_A LIB_B all_reduce|broadcast|sendrecv BYTES ROUNDS "
+                    "CALLS [SLOW_US]\n");
+    return 2;
+  }
+  if (!strcmp(argv[1], argv[2])) {
+    fprintf(stderr, "ab_builds: one file loads once; copy one build elsewhere\n");
+    return 2;
+  }
+  Build builds[2] = {Build(argv[1]), Build(argv[2])};
+  const std::string call = argv[3];
+  const size_t count = atol(argv[4]) / 4;  // float32 elements
+  const int rounds = atoi(argv[5]);
+  const long calls = atol(argv[6]);
+  const double slowUs = argc > 7 ? atof(argv[7]) : 0.2;
+  if (call != "all_reduce" && call != "broadcast" && call != "sendrecv") {
+    fprintf(stderr, "ab_builds: unknown call %s\n", call.c_str());
+    return 2;
+  }
+  for (Build& b : builds)
+    if (b.uniqueId(&b.id)) return 1;
+  // Rank 0's view of each round: [round][build], µs a call.
+  auto* times = static_cast<double*>(mmap(nullptr, sizeof(double) * 2 * rounds,
+                                          PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                                          -1, 0));
+  const int me = fork() == 0 ? 1 : 0;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  CPU_SET(me, &cpus);
+  sched_setaffinity(0, sizeof cpus, &cpus);
+  for (Build& b : builds)
+    if (b.init(&b.comm, 2, b.id, me)) {
+      fprintf(stderr, "ab_builds: rank %d: init failed\n", me);
+      return 1;
+    }
+  std::vector<float> in(std::max<size_t>(count, 1), 1.0f), out(in.size());
+  auto once = [&](Build& b) {
+    if (call == "all_reduce")
+      return b.allReduce(in.data(), out.data(), count, acclFloat32, acclSum, b.comm, nullptr);
+    if (call == "broadcast")
+      return b.broadcast(in.data(), out.data(), count, acclFloat32, 0, b.comm, nullptr);
+    b.groupStart();
+    acclResult_t s = b.send(in.data(), count, acclFloat32, 1 - me, b.comm, nullptr);
+    acclResult_t r = b.recv(out.data(), count, acclFloat32, 1 - me, b.comm, nullptr);
+    acclResult_t e = b.groupEnd();
+    return s ? s : r ? r : e;
+  };
+  for (int k = 0; k < rounds; ++k)
+    for (int j = 0; j < 2; ++j) {
+      const int i = (j + k) % 2;  // each round starts with the other build
+      Build& b = builds[i];
+      float one = 0, slowest = 0;
+      b.allReduce(&one, &slowest, 1, acclFloat32, acclMax, b.comm, nullptr);  // start together
+      const auto t0 = std::chrono::steady_clock::now();
+      for (long c = 0; c < calls; ++c)
+        if (once(b)) {
+          fprintf(stderr, "ab_builds: rank %d: %s failed in build %d\n", me, call.c_str(), i);
+          return 1;
+        }
+      float us = float(std::chrono::duration<double, std::micro>(
+                           std::chrono::steady_clock::now() - t0).count() / calls);
+      b.allReduce(&us, &slowest, 1, acclFloat32, acclMax, b.comm, nullptr);
+      if (me == 0) times[2 * k + i] = slowest;
+    }
+  if (me == 1) return 0;
+  int status = 0;
+  wait(&status);
+  std::vector<double> a[2], b[2];  // per mode (0 fast, 1 slow): each build's times
+  for (int k = 0; k < rounds; ++k) {
+    const double x = times[2 * k], y = times[2 * k + 1];
+    printf("%.3f %.3f\n", x, y);
+    if ((x < slowUs) == (y < slowUs)) {
+      a[x >= slowUs].push_back(x);
+      b[x >= slowUs].push_back(y);
+    }
+  }
+  for (int m = 0; m < 2; ++m)
+    if (!a[m].empty())
+      printf("# %s mode, %zu rounds: A %.3f us, B %.3f us (medians)\n", m ? "slow" : "fast",
+             a[m].size(), median(a[m]), median(b[m]));
+  return status == 0 ? 0 : 1;
+}
