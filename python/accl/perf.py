@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import mmap
 import statistics
 import sys
@@ -270,6 +271,7 @@ class Options:
     pages: str = "huge"  # of the private buffers: "huge" (advised) or "small"
     pair: str | None = None  # --pair: a second library timed in the same processes
     paired: bool = False  # --paired: --compare runs each peer paired with `library`
+    loop_us: float = 0  # --loop-us: a timed loop's least duration (0: -n calls)
 
     @property
     def sizes(self) -> list[int]:
@@ -284,7 +286,8 @@ class Options:
     def iters_text(self) -> str:
         """How a point is timed, for the tables' first line."""
         loops = f" (median of {self.repeat} loops)" if self.repeat > 1 else ""
-        return f"{self.iters} iters{loops}"
+        least = f" (more to last {self.loop_us:g} us)" if self.loop_us else ""
+        return f"{self.iters} iters{least}{loops}"
 
     def sweep_args(self) -> list[str]:
         """The command line of one library's sweep, for the ranks -np / --compare launch."""
@@ -292,7 +295,8 @@ class Options:
                 "-e", str(self.maxbytes), "-f", str(self.stepfactor), "-i", str(self.stepbytes),
                 "-n", str(self.iters), "-w", str(self.warmup), "-c", str(int(self.check)),
                 "-d", t.DTYPE_NAMES[self.dtype], "-o", t.OP_NAMES[self.op], "-r", str(self.root),
-                "--repeat", str(self.repeat), "-R", str(int(self.shared)), "--pages", self.pages]
+                "--repeat", str(self.repeat), "-R", str(int(self.shared)), "--pages", self.pages,
+                "--loop-us", str(self.loop_us)]
 
 
 def parse_size(text: str) -> int:
@@ -326,6 +330,9 @@ def _parse(argv: list[str] | None) -> Options:
                     help="with -f 1, add this to the size per step (default 1M)")
     ap.add_argument("-n", "--iters", type=int, default=20, help="timed calls per size")
     ap.add_argument("-w", "--warmup_iters", type=int, default=5, help="untimed calls first")
+    ap.add_argument("--loop-us", type=float, default=0, metavar="US",
+                    help="make each timed loop last at least US microseconds: -n calls, or more "
+                    "where the warm-up's calls are short (needs -w; default 0: -n calls)")
     ap.add_argument("--repeat", type=int, default=1, metavar="R",
                     help="timed loops of -n calls per point, each from a barrier; the median "
                     "loop is reported (default 1, as nccl-tests)")
@@ -371,6 +378,8 @@ def _parse(argv: list[str] | None) -> Options:
         ap.error("-f must be > 1, or -f 1 with -i > 0")
     if ns.iters < 1 or ns.repeat < 1 or ns.warmup_iters < 0 or ns.minbytes > ns.maxbytes:
         ap.error("need -n >= 1, --repeat >= 1, -w >= 0 and -b <= -e")
+    if ns.loop_us < 0 or (ns.loop_us and not ns.warmup_iters):
+        ap.error("--loop-us sizes the loops from the warm-up calls: give -w >= 1")
     if ns.nranks is not None and ns.nranks < 1:
         ap.error("-np must be at least 1")
     if (ns.compare or ns.passes) and ns.nranks is None:
@@ -390,7 +399,7 @@ def _parse(argv: list[str] | None) -> Options:
     return Options(colls, ns.minbytes, ns.maxbytes, ns.stepfactor, ns.stepbytes, ns.iters,
                    ns.warmup_iters, bool(ns.check), _DTYPES[ns.datatype], _OPS[ns.op], ns.root,
                    ns.json, ns.library, ns.nranks, compare, passes, ns.plot, ns.repeat,
-                   bool(ns.shared), ns.pages, ns.pair, ns.paired)
+                   bool(ns.shared), ns.pages, ns.pair, ns.paired, ns.loop_us)
 
 
 def _fmt(v: float) -> str:
@@ -508,6 +517,7 @@ class Harness:
         for mode in MODES:
             call = self._call(coll, shape, mode, send, recv)
             times: list[list[float] | None] = [[] for _ in self.runners]  # None: N/A
+            iters = [o.iters] * len(self.runners)
             for i in range(-1 if o.warmup else 0, o.repeat):  # -1: the warm-up calls
                 for j in range(len(self.runners)):
                     k = (j + max(i, 0)) % len(self.runners)  # repeat i starts with runner i
@@ -515,10 +525,16 @@ class Harness:
                     if ts is None:
                         continue
                     try:
-                        if i < 0:
-                            r.time(call, o.warmup)
-                        else:
-                            ts.append(r.max(r.time(call, o.iters) / o.iters))
+                        if i >= 0:
+                            ts.append(r.max(r.time(call, iters[k]) / iters[k]))
+                            continue
+                        # A loop of a few short calls times how the ranks leave the barrier
+                        # before it as much as the calls. The slowest rank's warm-up sizes
+                        # every rank's loop alike.
+                        warm = r.time(call, o.warmup) / o.warmup
+                        per_call = r.max(warm) if o.loop_us else 0
+                        if per_call > 0:
+                            iters[k] = max(o.iters, math.ceil(o.loop_us * 1e-6 / per_call))
                     except NotAvailable:
                         times[k] = None
             for r, row, ts in zip(self.runners, rows, times):

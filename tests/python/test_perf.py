@@ -335,6 +335,36 @@ def test_compare_with_gloo_and_mpi(tmp_path):
         pytest.skip(f"checked accl against {peers} only; missing {missing}")
 
 
+def test_loop_us_sizes_the_loops_from_the_warm_up():
+    """--loop-us: each library's loops get enough calls to last that long by its slowest rank's
+    warm-up, never fewer than -n."""
+    calls = []
+
+    class Fake:
+        rank, size = 0, 1
+
+        def __init__(self, library, per_call):
+            self.library, self.per_call = library, per_call
+
+        def time(self, call, iters):
+            calls.append((self.library, iters))
+            return self.per_call * iters
+
+        def max(self, x):
+            return 2 * x  # the slowest rank is twice as slow as this one
+
+    opts = perf._parse(["all_reduce", "-n", "20", "-w", "2", "-c", "0", "--loop-us", "100"])
+    assert "20 iters (more to last 100 us)" in opts.iters_text()
+    buf = np.zeros(2, np.float32)
+    fast, slow = Fake("accl", 1e-7), Fake("mpi", 1e-3)
+    rows = perf.Harness([fast, slow], opts).run(perf.COLLECTIVES["all_reduce"], 8, buf,
+                                                buf.copy())
+    assert calls[:4] == [("accl", 2), ("mpi", 2), ("accl", 500), ("mpi", 20)], calls
+    assert rows[0]["out_of_place"]["time_us"] == pytest.approx(0.2)  # the max of the loop
+    p = run_cmd([sys.executable, "-m", "accl.perf", "all_reduce", "-w", "0", "--loop-us", "10"])
+    assert p.returncode == 2 and "give -w >= 1" in p.stderr
+
+
 def test_compare_paired_with_mpi(tmp_path):
     """--paired: each MPI's launch also times accl, in the same processes, and each ratio
     compares the times of the launches that timed both."""
