@@ -516,29 +516,20 @@ class Harness:
             rows[0]["pair"], rows[1]["pair"] = rows[1]["library"], rows[0]["library"]
         for mode in MODES:
             call = self._call(coll, shape, mode, send, recv)
-            times: list[list[float] | None] = [[] for _ in self.runners]  # None: N/A
-            iters = [o.iters] * len(self.runners)
-            for i in range(-1 if o.warmup else 0, o.repeat):  # -1: the warm-up calls
+            loops = [self._loop_calls(r, call) for r in self.runners]  # None: N/A
+            times: list[list[float]] = [[] for _ in self.runners]
+            for i in range(o.repeat):
                 for j in range(len(self.runners)):
-                    k = (j + max(i, 0)) % len(self.runners)  # repeat i starts with runner i
-                    r, ts = self.runners[k], times[k]
-                    if ts is None:
+                    k = (i + j) % len(self.runners)  # each repeat starts with the next library
+                    if loops[k] is None:
                         continue
-                    try:
-                        if i >= 0:
-                            ts.append(r.max(r.time(call, iters[k]) / iters[k]))
-                            continue
-                        # A loop of a few short calls times how the ranks leave the barrier
-                        # before it as much as the calls. The slowest rank's warm-up sizes
-                        # every rank's loop alike.
-                        warm = r.time(call, o.warmup) / o.warmup
-                        per_call = r.max(warm) if o.loop_us else 0
-                        if per_call > 0:
-                            iters[k] = max(o.iters, math.ceil(o.loop_us * 1e-6 / per_call))
-                    except NotAvailable:
-                        times[k] = None
-            for r, row, ts in zip(self.runners, rows, times):
-                if ts is None:
+                    sec = self._per_call(self.runners[k], call, loops[k])
+                    if sec is None:
+                        loops[k] = None
+                    else:
+                        times[k].append(sec)
+            for r, row, calls, ts in zip(self.runners, rows, loops, times):
+                if calls is None:
                     row[mode] = None
                     continue
                 sec = statistics.median(ts)
@@ -547,6 +538,27 @@ class Harness:
                 row[mode] = {"time_us": sec * 1e6, "algbw": algbw,
                              "busbw": algbw * coll.busbw_factor(self.n), "wrong": wrong}
         return rows
+
+    @staticmethod
+    def _per_call(runner: Any, call: Call, iters: int) -> float | None:
+        """The slowest rank's seconds a call over a loop of `iters` calls (None: the library has
+        no such call)."""
+        try:
+            return runner.max(runner.time(call, iters) / iters)
+        except NotAvailable:
+            return None
+
+    def _loop_calls(self, runner: Any, call: Call) -> int | None:
+        """Makes the warm-up calls; then the calls of each timed loop (None: no such call). A
+        loop of a few short calls times how the ranks leave the barrier before it as much as
+        the calls: with --loop-us, the slowest rank's warm-up sizes every rank's loop alike."""
+        o = self.opts
+        if not o.warmup:
+            return o.iters
+        sec = self._per_call(runner, call, o.warmup)
+        if sec is None:
+            return None
+        return max(o.iters, math.ceil(o.loop_us * 1e-6 / sec)) if o.loop_us and sec > 0 else o.iters
 
     def _call(self, coll: Collective, shape: Shape, mode: str, send: np.ndarray,
               recv: np.ndarray) -> Call:

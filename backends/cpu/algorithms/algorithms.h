@@ -62,7 +62,8 @@ void scatterCma(ShmComm& c, const CollArgs& a);
 // medians of 10 runs), nor below 64 KiB with more ranks than cores: 32 KiB shares made a 512 KiB
 // gather or scatter at 4 ranks on the 2 cores 1.1-1.15x slower than none, 64 KiB level, 128 KiB
 // 0.93 (5 alternating launches each, 2026-12-06), and a 128 KiB broadcast in place 19.8-23.0 us
-// against 15.8-18.7 without (4 launches, 2026-12-07). At 2 ranks 32 KiB shares took 0.8 of the time.
+// against 15.8-18.7 without (4 launches, 2026-12-07). At 2 ranks 32 KiB shares took 0.8 of the
+// time.
 inline size_t rootShare(const ShmComm& c, size_t bytes) {
   const size_t share = bytes / c.nranks() / 64 * 64;
   return share < (c.oversubscribed() ? size_t(64) << 10 : size_t(32) << 10) ? 0 : share;
