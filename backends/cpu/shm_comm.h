@@ -81,15 +81,21 @@ constexpr uint64_t kCopyFailed = uint64_t(1) << 63;
 // receiver reads; such a message is offered before the post too. Offers have a field of their
 // own: an offer of message m + 1 in `written` could replace the word that message m was written
 // before the receiver had seen it.
-// Each line is written by one side only. Chunk c is announced in its own line, slots[c %
-// kP2pSlots], which also holds a chunk of up to kInlineBytes: a small message moves that one
-// line to the receiver, who waits on it alone. The sender reads `head` back only when its last
-// reading leaves no free slot, once in kP2pSlots - 1 messages when the receiver keeps up. (One
-// `tail` line holding every chunk's size, and `head` read before every chunk, moved three lines
-// a message: an 8-byte exchange at 2 ranks took 3-4x an 8-byte all-gather, 0.72 against 0.17 us
-// and 1.35 against 0.44 in the machine's two placements, 2026-12-05.)
+// Each line is written by one side only. Chunk c is announced in its own slot, slots[c %
+// kP2pSlots], four lines whose first holds the announcement and which also hold a chunk of up
+// to kInlineBytes: a message that small moves the slot's lines it fills to the receiver, who
+// waits on the first, and not a line of the buffers after it. The sender reads `head` back only
+// when its last reading leaves no free slot, once in kP2pSlots - 1 messages when the receiver
+// keeps up. (One `tail` line holding every chunk's size, and `head` read before every chunk,
+// moved three lines a message: an 8-byte exchange at 2 ranks took 3-4x an 8-byte all-gather,
+// 0.72 against 0.17 us and 1.35 against 0.44 in the machine's two placements, 2026-12-05.)
+// Slots of one line (48 bytes inline) took longer from 49 bytes, and as long at 8 bytes: 2
+// ranks, perf/ab_builds.cc, 2026-12-07, a send/recv group of 128 B 0.481 against 0.464 us in
+// the VM's fast mode, 0.557 / 0.531 and 0.955 / 0.859 in slow ones, 240 B 1.14 / 1.02 and 1.12 /
+// 0.97, 8 B 0.464 / 0.463 and 0.851 / 0.812; 4 ranks on the 2 cores, 4 rounds of alternating
+// launches, 128 B 3.01-3.43 against 2.50-3.22 us.
 constexpr int kP2pSlots = 8;
-constexpr size_t kInlineBytes = 48;
+constexpr size_t kInlineBytes = 240;
 struct alignas(64) ChunkSlot {
   std::atomic<uint64_t> seq;  // c + 1: chunk c is here, or in buffer c % kP2pBufs
   // Total bytes of the message the chunk belongs to, so a mismatched send/recv pair is

@@ -234,11 +234,12 @@ TEST_CASE(sendrecv) {
       checkPat(d.data(), d.bytes(), prev, 160, 0, 1, "200 messages of 4097 bytes to one peer in one group (byte offsets)");
       d.guardsOk("200 messages in one group");
     }
-    // 12b. 100 messages of 1-97 bytes in one group: carried inside the channel's chunk lines up
-    //      to 48 bytes and in its buffers above, interleaved, around the ring of lines many times.
+    // 12b. 100 messages of 1-481 bytes in one group: carried inside the channel's chunk slots up
+    //      to 240 bytes and in its buffers above, interleaved, around the ring of slots many
+    //      times.
     {
       const int msgs = 100;
-      auto size = [](int k) { return size_t(k * 37 % 97 + 1); };
+      auto size = [](int k) { return size_t(k * 37 % 481 + 1); };
       std::vector<size_t> off(msgs + 1, 0);
       for (int k = 0; k < msgs; ++k) off[k + 1] = off[k] + size(k);
       const size_t total = off[msgs];
@@ -248,7 +249,7 @@ TEST_CASE(sendrecv) {
       for (int k = 0; k < msgs; ++k) ACCL_OK(acclSend(s.at(off[k]), size(k), acclInt8, next, c.comm, nullptr));
       for (int k = 0; k < msgs; ++k) ACCL_OK(acclRecv(d.at(off[k]), size(k), acclInt8, prev, c.comm, nullptr));
       ACCL_OK(acclGroupEnd());
-      checkPat(d.data(), total, prev, 161, 0, 1, "100 messages of 1-97 bytes to one peer in one group");
+      checkPat(d.data(), total, prev, 161, 0, 1, "100 messages of 1-481 bytes to one peer in one group");
       d.guardsOk("100 small messages in one group");
     }
     // 13. In place: one buffer is sent to rank+1 and receives from rank-1 in one group, from a
