@@ -1,6 +1,7 @@
 #include "trace.h"
 
 #include <algorithm>
+#include <thread>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -38,41 +39,56 @@ uint64_t Trace::ticks() {
 void Trace::record(const OpDesc& d, uint64_t seq, State s, uint64_t stamp) {
   if (ring_.empty()) return;
   const int64_t now = int64_t(stamp - tick0_);
-  Lock lock(busy_);
-  Entry& e = at(seq);
-  e.seq = seq;
-  e.op = d;
-  e.state = s;
-  e.result = acclSuccess;
-  e.queued = now;
-  e.started = s == kStarted ? now : -1;
-  e.done = -1;
+  Write w(at(seq));
+  Fields& f = w.f();
+  f.seq = seq;
+  f.op = d;
+  f.state = s;
+  f.result = acclSuccess;
+  f.queued = now;
+  f.started = s == kStarted ? now : -1;
+  f.done = -1;
 }
 
 void Trace::update(uint64_t seq, State s, acclResult_t result, uint64_t stamp) {
   if (ring_.empty()) return;
-  Lock lock(busy_);
   Entry& e = at(seq);
-  if (e.seq != seq) return;  // already overwritten by newer operations
-  e.state = s;
-  e.result = result;
-  (s == kStarted ? e.started : e.done) = int64_t(stamp - tick0_);
+  if (e.f.seq != seq) return;  // already overwritten by newer operations
+  Write w(e);
+  w.f().state = s;
+  w.f().result = result;
+  (s == kStarted ? w.f().started : w.f().done) = int64_t(stamp - tick0_);
+}
+
+Trace::Fields Trace::read(const Entry& e) {
+  constexpr int kTries = 1000;
+  Fields f;
+  for (int i = 0; i < kTries; ++i) {
+    const uint32_t before = e.version.load(std::memory_order_acquire);
+    f = e.f;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (!(before & 1) && e.version.load(std::memory_order_relaxed) == before) break;
+    std::this_thread::yield();
+  }
+  return f;
 }
 
 std::string Trace::json(const std::string& header) const {
   static const char* states[] = {"queued", "started", "done", "failed"};
-  Lock lock(busy_);
-  std::vector<const Entry*> live;
-  for (auto& e : ring_)
-    if (e.seq) live.push_back(&e);
-  std::sort(live.begin(), live.end(), [](const Entry* a, const Entry* b) { return a->seq < b->seq; });
+  std::vector<Fields> live;
+  for (auto& e : ring_) {
+    Fields f = read(e);
+    if (f.seq) live.push_back(f);
+  }
+  std::sort(live.begin(), live.end(),
+            [](const Fields& a, const Fields& b) { return a.seq < b.seq; });
   const double usPerTick =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count() /
       std::max<int64_t>(sinceStart(), 1);
   auto us = [&](int64_t t) { return t < 0 ? -1LL : (long long)(t * usPerTick); };
   std::string s = "{" + header + ", \"ops\": [";
   for (size_t i = 0; i < live.size(); ++i) {
-    const Entry& e = *live[i];
+    const Fields& e = live[i];
     s += format("%s\n  {\"seq\": %llu, \"op\": \"%s\", \"dtype\": \"%s\", \"count\": %zu, "
                 "\"%s\": %d, \"redop\": \"%s\", \"state\": \"%s\", \"result\": \"%s\", "
                 "\"queued_us\": %lld, \"started_us\": %lld, \"done_us\": %lld}",

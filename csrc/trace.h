@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "accl/accl.h"
@@ -49,33 +48,46 @@ class Trace {
   std::string json(const std::string& header) const;
 
  private:
-  struct Entry {
+  struct Fields {
     uint64_t seq = 0;  // 0: empty
-    OpDesc op;
+    OpDesc op{};
     State state = kQueued;
     acclResult_t result = acclSuccess;
     int64_t queued = -1, started = -1, done = -1;  // ticks since t0_ (-1: not yet)
   };
+  // Each entry has its own version, odd while the calling thread writes it (one thread at a time
+  // calls a communicator, as for every call on it), which a dump from another thread reads before
+  // and after its copy of the entry: plain stores on the caller's side, where a lock taken with
+  // a locked instruction at each record and update made a 2-rank 8-byte send/recv group 2-5%
+  // slower (perf/ab_builds.cc, 2026-12-07), and a dump held it while it formatted the ring.
+  // Per entry, not one for the ring: a dump copies one entry between two calls, where a copy of
+  // the whole ring could be overtaken at every try by a communicator busy with short calls.
+  struct Entry {
+    std::atomic<uint32_t> version{0};
+    Fields f;
+  };
+  // Writes entry `e` between the two stores of its version.
+  class Write {
+   public:
+    explicit Write(Entry& e) : e_(e), v_(e.version.load(std::memory_order_relaxed)) {
+      e_.version.store(v_ + 1, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_release);
+    }
+    ~Write() { e_.version.store(v_ + 2, std::memory_order_release); }
+    Fields& f() { return e_.f; }
+
+   private:
+    Entry& e_;
+    uint32_t v_;
+  };
+  // A consistent copy of entry `e` (retried while the caller writes it; after kTries, a torn
+  // copy, which can only mix two operations' fields in a dump).
+  static Fields read(const Entry& e);
   int64_t sinceStart() const { return int64_t(ticks() - tick0_); }
   // The entry of operation `seq`, whichever it holds now. A mask, not a modulo: a division
   // costs as much as the rest of a record.
   Entry& at(uint64_t seq) { return ring_[seq & (ring_.size() - 1)]; }
 
-  // Guards the ring: dumps may come from another thread. The calling thread takes it two or
-  // three times an operation and a dump seldom, so it is a flag, taken with one locked
-  // instruction and released with a plain store, where a mutex costs two calls and two locked
-  // instructions; a rare waiter yields.
-  class Lock {
-   public:
-    explicit Lock(std::atomic<bool>& busy) : busy_(busy) {
-      while (busy_.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
-    }
-    ~Lock() { busy_.store(false, std::memory_order_release); }
-
-   private:
-    std::atomic<bool>& busy_;
-  };
-  mutable std::atomic<bool> busy_{false};
   std::vector<Entry> ring_;
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
   uint64_t tick0_ = ticks();

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -415,6 +416,62 @@ TEST_CASE(child_exit) {
 }
 
 // Invalid arguments to init, NULL communicators, and use after acclCommDestroy / acclCommAbort.
+// acclCommGetTrace from another thread while the rank's thread makes calls on the communicator
+// (a ring of one entry, rewritten at every call): every entry of every dump is one operation's,
+// never a mix of two. Call k has count k % 7 + 1 (k: its sequence number), so an entry whose
+// count belongs to another number was read while it was rewritten. One rank, whose two threads
+// run on separate cores: a copy that ignores the entry's version failed 4 runs of 4.
+TEST_CASE(trace_concurrent_dump) {
+  setenv("ACCL_TRACE_BUFFER", "1", 1);
+  bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
+    std::vector<float> buf(8, 1.0f);
+    const std::string key = "{\"seq\": ";
+    auto lastSeq = [&](const std::string& json) {
+      size_t at = json.rfind(key);
+      return at == std::string::npos ? 0ull : std::stoull(json.substr(at + key.size()));
+    };
+    std::string first(1 << 16, '\0');
+    size_t size = first.size();
+    ACCL_OK(acclAllReduce(buf.data(), buf.data(), 1, acclFloat32, acclSum, c.comm, nullptr));
+    ACCL_OK(acclCommGetTrace(c.comm, first.data(), &size));
+    const unsigned long long seq0 = lastSeq(first.c_str());
+    REQUIRE(seq0 > 0);
+    std::atomic<bool> stop{false};
+    std::atomic<long> dumps{0}, torn{0}, entries{0};
+    std::string example;
+    std::thread dumper([&] {
+      std::string json(1 << 16, '\0');
+      while (!stop.load()) {
+        size_t n = json.size();
+        if (acclCommGetTrace(c.comm, json.data(), &n) != acclSuccess) continue;
+        ++dumps;
+        for (size_t at = 0; (at = json.find(key, at)) != std::string::npos; ++at) {
+          unsigned long long seq = 0, count = 0;
+          if (sscanf(json.c_str() + at, "{\"seq\": %llu, \"op\": \"%*[^\"]\", \"dtype\": "
+                     "\"%*[^\"]\", \"count\": %llu", &seq, &count) != 2 || seq <= seq0)
+            continue;
+          ++entries;
+          if (count != seq % 7 + 1 && torn++ == 0)
+            example = json.substr(at, json.find('}', at) - at + 1);
+        }
+      }
+    });
+    // Calls until the dumper has read 20000 dumps (the rank is alone: no other rank counts them).
+    const double t0 = now();
+    for (unsigned long long seq = seq0 + 1; dumps.load() < 20000 && now() - t0 < 10.0; ++seq)
+      ACCL_OK(acclAllReduce(buf.data(), buf.data(), seq % 7 + 1, acclFloat32, acclSum, c.comm,
+                            nullptr));
+    stop = true;
+    dumper.join();
+    note("rank " + std::to_string(c.rank) + ": " + std::to_string(dumps.load()) + " dumps, " +
+         std::to_string(entries.load()) + " entries read");
+    CHECK_MSG(dumps.load() > 0 && entries.load() > 0, "no dump read an entry of the calls");
+    CHECK_MSG(torn.load() == 0, std::to_string(torn.load()) + " entries mix two operations, e.g. " +
+                                    example);
+  });
+  return ok ? 0 : 1;
+}
+
 TEST_CASE(init_errors) {
   setenv("ACCL_TIMEOUT", "5", 1);  // a bad init that is not rejected must not wait for 60 s
   auto expectRejected = [](acclResult_t r, const char* fn, const std::string& what) {
