@@ -558,13 +558,11 @@ class Harness:
         short (4 ranks paired, 4 B in place first: accl 2.85-2.99 us against 2.36-2.42 at 8 B
         after it; with -w 200, 2.60-2.80 against 2.59-2.81)."""
         o = self.opts
-        if not o.warmup:
-            return o.iters
-        if self._per_call(runner, call, o.warmup) is None:
+        if o.warmup and self._per_call(runner, call, o.warmup) is None:
             return None
         if not o.loop_us:
             return o.iters
-        sec = self._per_call(runner, call, o.warmup)
+        sec = self._per_call(runner, call, o.warmup)  # --loop-us needs -w >= 1
         if sec is None:
             return None
         return max(o.iters, math.ceil(o.loop_us * 1e-6 / sec)) if sec > 0 else o.iters

@@ -415,7 +415,6 @@ TEST_CASE(child_exit) {
   return ok ? 0 : 1;
 }
 
-// Invalid arguments to init, NULL communicators, and use after acclCommDestroy / acclCommAbort.
 // acclCommGetTrace from another thread while the rank's thread makes calls on the communicator
 // (a ring of one entry, rewritten at every call): every entry of every dump is one operation's,
 // never a mix of two. Call k has count k % 7 + 1 (k: its sequence number), so an entry whose
@@ -440,11 +439,12 @@ TEST_CASE(trace_concurrent_dump) {
     std::atomic<long> dumps{0}, torn{0}, entries{0};
     std::string example;
     std::thread dumper([&] {
-      std::string json(1 << 16, '\0');
+      std::string out(1 << 16, '\0');
       while (!stop.load()) {
-        size_t n = json.size();
-        if (acclCommGetTrace(c.comm, json.data(), &n) != acclSuccess) continue;
+        size_t n = out.size();
+        if (acclCommGetTrace(c.comm, out.data(), &n) != acclSuccess) continue;
         ++dumps;
+        const std::string json = out.c_str();  // this dump alone, not an older one's tail
         for (size_t at = 0; (at = json.find(key, at)) != std::string::npos; ++at) {
           unsigned long long seq = 0, count = 0;
           if (sscanf(json.c_str() + at, "{\"seq\": %llu, \"op\": \"%*[^\"]\", \"dtype\": "
@@ -472,6 +472,7 @@ TEST_CASE(trace_concurrent_dump) {
   return ok ? 0 : 1;
 }
 
+// Invalid arguments to init, NULL communicators, and use after acclCommDestroy / acclCommAbort.
 TEST_CASE(init_errors) {
   setenv("ACCL_TIMEOUT", "5", 1);  // a bad init that is not rejected must not wait for 60 s
   auto expectRejected = [](acclResult_t r, const char* fn, const std::string& what) {
