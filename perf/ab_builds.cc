@@ -1,17 +1,18 @@
-// Two builds of libaccl against each other in the same two processes, so that both see the
-// same mode of this VM (docs/performance.md, "How far a point can be trusted": the cost of a
-// line crossing between the cores changes every few seconds, and separate launches compare
+// Two builds of libaccl against each other in the same processes, so that both see the same
+// mode of this VM (docs/performance.md, "How far a point can be trusted": the cost of a line
+// crossing between the cores changes every few seconds, and separate launches compare
 // different draws). Each process loads both libraries side by side (dlopen, RTLD_LOCAL: each
-// keeps its own globals), makes a 2-rank communicator with each, and times their loops in turn,
-// each round starting with the other build. Rank 0 prints each round's two times (µs a call,
-// the slower rank's), then the medians of the rounds where both builds ran in the fast mode and
-// of those where both ran in the slow one (by --slow-us, default 0.2 µs for an 8-byte call).
+// keeps its own globals), makes a communicator with each, and times their loops in turn, each
+// round starting with the other build. Rank 0 prints each round's two times (µs a call, the
+// slowest rank's), then the medians of the rounds where both builds ran in the fast mode and
+// of those where both ran in the slow one (by SLOW_US, default 0.2 µs for an 8-byte call).
 // Build and run from the repository root (copy a build first: the two files must differ):
 //   g++ -O2 -std=c++17 -Icsrc/include perf/ab_builds.cc -o /tmp/ab_builds -ldl
 //   /tmp/ab_builds /tmp/libaccl.old.so python/accl/libaccl.so broadcast 8 2000 20000
-// The arguments: the two libraries, the call (all_reduce, broadcast or sendrecv: a group of a
-// send to and a receive from the other rank), its bytes, rounds, calls per loop, and
-// optionally the threshold in µs between the modes.
+// The arguments: the two libraries, the call (all_reduce, broadcast, broadcast_in_place or
+// sendrecv: a group of a send to the next rank and a receive from the previous one), its
+// bytes, rounds, calls per loop, and optionally the threshold in µs between the modes and the
+// number of ranks (default 2), bound as accl-perf binds them: rank r to CPU r * cpus / n.
 #include <accl/accl.h>
 #include <dlfcn.h>
 #include <sched.h>
@@ -75,8 +76,8 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   if (argc < 7) {
-    fprintf(stderr, "usage: ab_builds LIB_A LIB_B all_reduce|broadcast|sendrecv BYTES ROUNDS "
-                    "CALLS [SLOW_US]\n");
+    fprintf(stderr, "usage: ab_builds LIB_A LIB_B all_reduce|broadcast|broadcast_in_place|sendrecv "
+                    "BYTES ROUNDS CALLS [SLOW_US [NRANKS]]\n");
     return 2;
   }
   if (!strcmp(argv[1], argv[2])) {
@@ -89,8 +90,14 @@ int main(int argc, char** argv) {
   const int rounds = atoi(argv[5]);
   const long calls = atol(argv[6]);
   const double slowUs = argc > 7 ? atof(argv[7]) : 0.2;
-  if (call != "all_reduce" && call != "broadcast" && call != "sendrecv") {
+  const int n = argc > 8 ? atoi(argv[8]) : 2;
+  if (call != "all_reduce" && call != "broadcast" && call != "broadcast_in_place" &&
+      call != "sendrecv") {
     fprintf(stderr, "ab_builds: unknown call %s\n", call.c_str());
+    return 2;
+  }
+  if (n < 2) {
+    fprintf(stderr, "ab_builds: NRANKS must be at least 2\n");
     return 2;
   }
   for (Build& b : builds)
@@ -99,13 +106,20 @@ int main(int argc, char** argv) {
   auto* times = static_cast<double*>(mmap(nullptr, sizeof(double) * 2 * rounds,
                                           PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
                                           -1, 0));
-  const int me = fork() == 0 ? 1 : 0;
+  int me = 0;
+  std::vector<pid_t> children;
+  for (int r = 1; r < n && me == 0; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) me = r;
+    else children.push_back(pid);
+  }
+  const int ncpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
-  CPU_SET(me, &cpus);
+  CPU_SET(me * ncpus / n, &cpus);
   sched_setaffinity(0, sizeof cpus, &cpus);
   for (Build& b : builds)
-    if (b.init(&b.comm, 2, b.id, me)) {
+    if (b.init(&b.comm, n, b.id, me)) {
       fprintf(stderr, "ab_builds: rank %d: init failed\n", me);
       return 1;
     }
@@ -115,9 +129,11 @@ int main(int argc, char** argv) {
       return b.allReduce(in.data(), out.data(), count, acclFloat32, acclSum, b.comm, nullptr);
     if (call == "broadcast")
       return b.broadcast(in.data(), out.data(), count, acclFloat32, 0, b.comm, nullptr);
+    if (call == "broadcast_in_place")
+      return b.broadcast(out.data(), out.data(), count, acclFloat32, 0, b.comm, nullptr);
     b.groupStart();
-    acclResult_t s = b.send(in.data(), count, acclFloat32, 1 - me, b.comm, nullptr);
-    acclResult_t r = b.recv(out.data(), count, acclFloat32, 1 - me, b.comm, nullptr);
+    acclResult_t s = b.send(in.data(), count, acclFloat32, (me + 1) % n, b.comm, nullptr);
+    acclResult_t r = b.recv(out.data(), count, acclFloat32, (me + n - 1) % n, b.comm, nullptr);
     acclResult_t e = b.groupEnd();
     return s ? s : r ? r : e;
   };
@@ -138,9 +154,13 @@ int main(int argc, char** argv) {
       b.allReduce(&us, &slowest, 1, acclFloat32, acclMax, b.comm, nullptr);
       if (me == 0) times[2 * k + i] = slowest;
     }
-  if (me == 1) return 0;
+  if (me != 0) return 0;
   int status = 0;
-  wait(&status);
+  for (pid_t pid : children) {
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (st) status = st;
+  }
   std::vector<double> a[2], b[2];  // per mode (0 fast, 1 slow): each build's times
   for (int k = 0; k < rounds; ++k) {
     const double x = times[2 * k], y = times[2 * k + 1];

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 
 #include "accl/accl.h"
 
@@ -47,6 +48,21 @@ void copyOnce(void* dst, const void* src, size_t bytes);
 constexpr size_t kSlotUncachedBytes = 8192;
 inline void copyToSlot(void* slot, const void* src, size_t bytes) {
   copyUncached(slot, src, bytes, kSlotUncachedBytes);
+}
+
+// Copy into a box (ShmComm::nextBox) that every other rank reads next: a broadcast's or
+// scatter's root. From kBoxUncachedBytes it streams, so the root's write does not first take
+// each line out of the cache of the other core, whose readers read the box's last use: with
+// more ranks than cores (the only time boxes hold more than 1 KiB), at 4 ranks on the 2 cores,
+// that write took 3-11x the time of the streamed one at 2-32 KiB in this VM's slow minutes
+// (32 KiB broadcast in place: 27-32 us against 6.2-6.8) and 1.4-1.9x at 8-32 KiB in its fast
+// ones; below 2 KiB the streamed copy was slower (docs/algorithms.md, "Steps"). A gather's or
+// reduce's box has one reader and its writers copy with memcpy: streamed, the root's read of
+// 8 KiB blocks from memory took 2-3x as long.
+constexpr size_t kBoxUncachedBytes = 2048;
+inline void copyToBox(void* box, const void* src, size_t bytes) {
+  if (bytes < kBoxUncachedBytes) memcpy(box, src, bytes);  // no call for the small ones
+  else copyUncached(box, src, bytes, kBoxUncachedBytes);
 }
 
 }  // namespace cpu

@@ -219,11 +219,13 @@ TEST_CASE(multichunk) {
 TEST_CASE(box_stamps) {
   bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
     const int n = c.nranks;
-    const size_t sizes[] = {1, 56, 57, 8, 1000, 48, 64};
+    // 2048 and 3000: a broadcast's or scatter's root streams them into the box (copyToBox).
+    // Nine sizes against four kinds: every kind meets every size.
+    const size_t sizes[] = {1, 56, 57, 8, 1000, 48, 64, 2048, 3000};
     const char* const names[] = {"acclScatter", "acclBroadcast", "acclGather", "acclReduce"};
     for (int i = 0; i < 400; ++i) {
       const int root = i % n, op = i % 4;
-      const size_t bytes = sizes[i % 7];
+      const size_t bytes = sizes[i % 9];
       const bool rootWrites = op < 2;
       auto byteOf = [&](size_t k, int block) { return uint8_t(0x80 | ((i * 7 + k + block) & 0x7f)); };
       std::vector<uint8_t> in(bytes * n), out(bytes * n), expect;

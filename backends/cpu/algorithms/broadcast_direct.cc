@@ -22,7 +22,7 @@ void broadcastDirect(ShmComm& c, const CollArgs& a) {
     c.nextBox(root);
     char* box = c.boxFor(a.root, a.count * es, 0);
     if (root) {
-      memcpy(box, a.send, a.count * es);
+      copyToBox(box, a.send, a.count * es);
       c.stampBox();
     }
     c.arrive();

@@ -23,7 +23,7 @@ void scatterDirect(ShmComm& c, const CollArgs& a) {
     c.nextBox(root);
     char* box = c.boxFor(a.root, n * a.count * es, 0);
     if (root) {
-      memcpy(box, send, n * a.count * es);
+      copyToBox(box, send, n * a.count * es);
       c.stampBox();
     }
     c.arrive();
