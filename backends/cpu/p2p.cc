@@ -294,6 +294,25 @@ bool progressAll(std::vector<P2pOp>& ops, bool* pending, bool* shmPending) {
   return moved;
 }
 
+// The shared-memory communicator of the one local peer (`*peer`) that the open operations of
+// `ops` wait for, where all of them are receives from it that go through the channel (below
+// single copy's threshold: a message offered or written single copy does not show there);
+// nullptr otherwise. Only where ranks share bound CPUs (ShmComm::matesAwaitMe).
+ShmComm* onlyPeer(const std::vector<P2pOp>& ops, int* peer) {
+  ShmComm* only = nullptr;
+  for (const P2pOp& op : ops) {
+    if (op.finished()) continue;
+    if (op.send || op.local < 0) return nullptr;
+    ShmComm& c = op.comm->shm();
+    if ((only && (&c != only || op.local != *peer)) || !c.hasMates() ||
+        (c.cma() && op.bytes >= c.cmaMin(kSendRecv)))
+      return nullptr;
+    only = &c;
+    *peer = op.local;
+  }
+  return only;
+}
+
 }  // namespace
 
 void kickP2p(std::vector<P2pOp>& ops) {
@@ -326,9 +345,11 @@ void runP2p(std::vector<P2pOp>& ops) {
   copyInPlaceSends(ops);
   double timeout = 0;
   long spinNs = 0;
+  bool mates = false;  // some rank shares this one's bound CPU (ShmComm::matesAwaitMe)
   for (auto& op : ops) {
     timeout = std::max(timeout, op.comm->args().timeout);
     spinNs = std::max(spinNs, op.comm->shm().spinNs());
+    mates |= op.comm->shm().hasMates();
   }
   auto checkAbort = [&] {
     for (auto& op : ops) {
@@ -365,6 +386,14 @@ void runP2p(std::vector<P2pOp>& ops) {
   // an exchange that never waits reads no clock).
   std::chrono::steady_clock::time_point idle{};
   ShmComm* noted = nullptr;  // the node's peers were told what this rank waits for
+  // Where this wait said it waits for one peer only (ShmComm::awaitOnly), unsaid however the
+  // wait ends. Operations only finish meanwhile, so once said it stays true.
+  struct Awaiting {
+    ShmComm* shm = nullptr;
+    ~Awaiting() {
+      if (shm) shm->awaitOnly(-1);
+    }
+  } awaiting;
   std::vector<pollfd> fds;
   for (;;) {
     bool pending = false, shmPending = false;
@@ -376,7 +405,10 @@ void runP2p(std::vector<P2pOp>& ops) {
       continue;
     }
     if (shmPending) {
-      wait.pause(pendingText);
+      int peer = -1;
+      if (mates && !awaiting.shm && (awaiting.shm = onlyPeer(ops, &peer)))
+        awaiting.shm->awaitOnly(peer);
+      wait.pause(pendingText, !(awaiting.shm && awaiting.shm->matesAwaitMe()));
       continue;
     }
     fds.clear();

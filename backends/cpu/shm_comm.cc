@@ -157,14 +157,15 @@ Backoff::Backoff(double timeout, long spinNs, std::function<void()> checkAbort)
   restart();
 }
 
-void Backoff::pause(const std::function<std::string()>& describe) {
+void Backoff::pause(const std::function<std::string()>& describe, bool yield) {
   // The clock and the abort flags are looked at every 64 polls; in between a poll does what
   // its phase does. The wait's clock starts at the 64th poll: most waits end sooner (an
   // 8-byte exchange's in a few polls) and read no clock (24 ns a reading here, against 0.2 us
   // for a whole 8-byte all-reduce). The timeout and the spinning count from there.
   if (++polls_ & 63) {
     if (phase_ == kSpin) cpuRelax();
-    else if (phase_ == kYield) sched_yield();
+    else if (phase_ == kYield && yield) sched_yield();
+    else if (phase_ == kYield) cpuRelax();
     else std::this_thread::sleep_for(std::chrono::microseconds(50));
     return;
   }
@@ -333,16 +334,23 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   }
   apart_.assign(nranks_, 0);
   if (oversubscribed_) {
-    std::string list;
+    std::string list, mates;
+    const cpu_set_t& mine = ctrl_[rank_].cpus;
     for (int r = 0; r < nranks_; ++r) {
       cpu_set_t both;
-      CPU_AND(&both, &ctrl_[r].cpus, &ctrl_[rank_].cpus);
+      CPU_AND(&both, &ctrl_[r].cpus, &mine);
       apart_[r] = r != rank_ && CPU_COUNT(&ctrl_[r].cpus) > 0 && CPU_COUNT(&both) == 0;
       if (apart_[r]) list += (list.empty() ? "" : ",") + std::to_string(members_[r]);
+      if (r != rank_ && CPU_COUNT(&mine) == 1 && CPU_EQUAL(&ctrl_[r].cpus, &mine)) {
+        mates_.push_back(r);
+        mates += (mates.empty() ? "" : ",") + std::to_string(members_[r]);
+      }
     }
     ACCL_INFO("SHM", "rank %d: more ranks than cores: waits yield at once, but those for box "
-              "writers bound to other CPUs (%s) spin up to %ld ns first", args_->rank,
-              list.empty() ? "none" : list.c_str(), kSpinApartNs);
+              "writers bound to other CPUs (%s) spin up to %ld ns first, and a send/recv's "
+              "polls while the others bound to its CPU (%s) wait for it", args_->rank,
+              list.empty() ? "none" : list.c_str(), kSpinApartNs,
+              mates.empty() ? "none" : mates.c_str());
   }
   canSeePeers_ = true;
   for (int r = 0; r < nranks_; ++r)

@@ -67,6 +67,10 @@ struct alignas(64) RankCtrl {
   char note[124];
   // The shared host memory (acclHostAlloc) holding sendAddr and recvAddr (id 0: none).
   HostRegion sendRegion, recvRegion;
+  // With more ranks than cores: local rank + 1 of the one peer this rank's send/recv waits for,
+  // where the wait is for messages from it through the channel alone (0: none; awaitOnly). In
+  // its own line: written at such waits, read by the ranks bound to the same CPU.
+  alignas(64) std::atomic<uint32_t> awaits;
 };
 
 // Set in ChannelCtrl::written with m + 1: the sender could not write message m single copy
@@ -135,7 +139,9 @@ struct ShmHeader {
 class Backoff {
  public:
   Backoff(double timeout, long spinNs, std::function<void()> checkAbort);
-  void pause(const std::function<std::string()>& describe);
+  // `yield` false: while it would yield, it polls with a CPU pause instead (a wait whose CPU's
+  // other ranks all wait for this one: ShmComm::matesAwaitMe).
+  void pause(const std::function<std::string()>& describe, bool yield = true);
   // Progress was made: the next pause starts a new wait, spinning first.
   void restart() {
     polls_ = 0;
@@ -252,6 +258,24 @@ class ShmComm {
   // How long a wait spins before it yields: ACCL_SPIN_US, or 0 with more ranks than cores.
   long spinNs() const { return spinNs_; }
   bool oversubscribed() const { return oversubscribed_; }  // more ranks than cores
+  // With more ranks than cores and ranks bound to single CPUs, a send/recv that waits only for
+  // messages from local rank r through the channel says so (awaitOnly(r); -1 when the wait
+  // ends), and a wait asks whether every other rank bound to its CPU waits so for this rank
+  // with nothing of it left to read (matesAwaitMe). Then yielding would hand the CPU to a rank
+  // that can only look and yield it back, and the wait polls instead: at 4 ranks bound two to
+  // a core, a ring of 8-byte exchanges took 0.8 of the time (docs/algorithms.md "Waiting").
+  // Those ranks can only move once this one sends again, which it does after its wait.
+  bool hasMates() const { return !mates_.empty(); }
+  void awaitOnly(int r) { ctrl_[rank_].awaits.store(r + 1, std::memory_order_relaxed); }
+  bool matesAwaitMe() const {
+    for (int m : mates_) {
+      const ChannelCtrl& ch = channel(rank_, m);
+      if (ctrl_[m].awaits.load(std::memory_order_relaxed) != uint32_t(rank_ + 1) ||
+          ch.head.load(std::memory_order_acquire) != ch.tail.load(std::memory_order_relaxed))
+        return false;
+    }
+    return !mates_.empty();
+  }
 
   // Single copy (cross-memory attach): peers read this rank's buffers directly. Enabled when
   // every rank can read every other (same user, no ptrace restriction) and ACCL_CMA_MIN is not
@@ -412,6 +436,7 @@ class ShmComm {
   bool oversubscribed_ = false;
   long spinNs_ = 0;
   std::vector<char> apart_;  // per rank: bound to none of this rank's CPUs
+  std::vector<int> mates_;   // with more ranks than cores: the others bound to this rank's CPU
   size_t boxMax_ = kBoxBytes;
   std::vector<const void*> sources_;
   void* base_ = nullptr;
