@@ -198,18 +198,33 @@ def medians(rows: list[dict], nranks: int) -> list[dict]:
 
 
 def ratios_of(rows: list[dict], libraries: list[str], nranks: int) -> list[dict]:
-    """The first library's busbw over each other's, point by point (their median time over its
-    median time). Where the two were paired (--paired), only the launches that timed both."""
+    """The first library's busbw over each other's, point by point: their time over its time.
+    Unpaired, of the medians over passes. Paired (--paired), the median over the launches of
+    each launch's own ratio: a launch's two times were taken milliseconds apart, while separate
+    launches draw different modes of this machine, and a ratio of the medians would set one
+    launch's time against another's."""
     base, out = libraries[0], []
     for peer in libraries[1:]:
-        mine = [r for r in rows if r["library"] == base and r.get("pair", peer) == peer]
-        at = {(m["library"], m["collective"], m["size"], m["mode"]): m["time_us"]
-              for m in medians(mine + [r for r in rows if r["library"] == peer], nranks)}
-        for (lib, coll, size, mode), us in at.items():
-            t = at.get((base, coll, size, mode))
-            if lib == peer and t:
-                out.append({"library": base, "peer": peer, "collective": coll, "size": size,
-                            "mode": mode, "ratio": us / t})
+        launches: dict[tuple, dict] = defaultdict(dict)  # (coll, size, mode) -> pass -> times
+        for r in rows:
+            if (r["library"], r.get("pair")) in ((base, peer), (peer, base)):
+                for mode in perf.MODES:
+                    if r[mode] is not None:
+                        launches[(r["collective"], r["size"], mode)].setdefault(
+                            r["pass"], {})[r["library"]] = r[mode]["time_us"]
+        ratio: dict[tuple, float] = {}
+        for k, by_pass in launches.items():
+            each = [x[peer] / x[base] for x in by_pass.values() if x.get(base) and peer in x]
+            if each:
+                ratio[k] = statistics.median(each)
+        if not launches:
+            at = {(m["library"], m["collective"], m["size"], m["mode"]): m["time_us"]
+                  for m in medians([r for r in rows if r["library"] in (base, peer)], nranks)}
+            ratio = {(coll, size, mode): us / at[(base, coll, size, mode)]
+                     for (lib, coll, size, mode), us in at.items()
+                     if lib == peer and at.get((base, coll, size, mode))}
+        out += [{"library": base, "peer": peer, "collective": coll, "size": size, "mode": mode,
+                 "ratio": x} for (coll, size, mode), x in ratio.items()]
     return out
 
 
@@ -219,13 +234,14 @@ def combined_table(opts: perf.Options, libraries: list[str], med: list[dict],
     ratio = {(r["peer"], r["collective"], r["size"]): r["ratio"] for r in ratios
              if r["mode"] == "out_of_place"}
     base, peers = libraries[0], libraries[1:]
+    each_launch = ", the median of each launch's" if opts.paired else ""
     lines = [f"# accl.perf: {opts.nranks} ranks, {t.DTYPE_NAMES[opts.dtype]} "
              f"{t.OP_NAMES[opts.op]}, out of place, {opts.iters_text()}, median of "
              f"{opts.passes} interleaved passes"
              f"{f', each peer paired with {libraries[0]} in its launches' if opts.paired else ''}"
              f"{', accl on shared host memory (-R 1)' if opts.shared else ''}"
              f"{', small pages' if opts.pages == 'small' else ''}; "
-             f"ratio = {base} busbw / peer busbw"]
+             f"ratio = {base} busbw / peer busbw{each_launch}"]
     for coll in opts.collectives:
         sizes = sorted({s for (_, c, s) in at if c == coll.name})
         lines += [f"#\n# {coll.name}\n#",

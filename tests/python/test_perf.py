@@ -368,6 +368,25 @@ def test_loop_us_sizes_the_loops_after_the_warm_up():
     assert p.returncode == 2 and "give -w >= 1" in p.stderr
 
 
+def test_paired_ratios_are_the_median_of_each_launchs():
+    """Paired, a ratio is the median over the launches of each launch's own ratio; unpaired, the
+    ratio of the medians over passes. Here accl leads in four launches of five, which run at
+    two speeds: the medians set a slow launch of accl against a fast one of mpi (0.3)."""
+    def row(lib, p, us, pair):
+        r = {"library": lib, "pass": p, "collective": "all_reduce", "size": 8,
+             "out_of_place": {"time_us": us}, "in_place": None}
+        return r | ({"pair": pair} if pair else {})
+
+    accl_us, mpi_us = [1.0, 1.0, 4.0, 4.0, 4.0], [1.2, 1.2, 1.2, 4.4, 4.4]
+    for paired, want in ((True, 1.1), (False, 1.2 / 4.0)):
+        rows = [row(lib, p + 1, us[p], paired and pair)
+                for lib, us, pair in (("accl", accl_us, "mpi"), ("mpi", mpi_us, "accl"))
+                for p in range(5)]
+        [r] = perf_compare.ratios_of(rows, ["accl", "mpi"], 2)
+        assert (r["peer"], r["mode"]) == ("mpi", "out_of_place")
+        assert r["ratio"] == pytest.approx(want), paired
+
+
 def test_compare_paired_with_mpi(tmp_path):
     """--paired: each MPI's launch also times accl, in the same processes, and each ratio
     compares the times of the launches that timed both."""
@@ -397,12 +416,12 @@ def test_compare_paired_with_mpi(tmp_path):
         assert r["out_of_place"]["wrong"] == 0 and r["in_place"]["wrong"] == 0, r
     for r in data["ratios"]:
         def times(lib, pair):
-            return sorted(x[r["mode"]]["time_us"] for x in data["rows"] if x["library"] == lib
-                          and x["pair"] == pair and x["collective"] == r["collective"]
-                          and x["size"] == r["size"])
+            return {x["pass"]: x[r["mode"]]["time_us"] for x in data["rows"] if x["library"] == lib
+                    and x["pair"] == pair and x["collective"] == r["collective"]
+                    and x["size"] == r["size"]}
         mine, theirs = times("accl", r["peer"]), times(r["peer"], "accl")
-        assert len(mine) == len(theirs) == 2
-        assert r["ratio"] == pytest.approx(sum(theirs) / sum(mine))
+        assert sorted(mine) == sorted(theirs) == [1, 2]
+        assert r["ratio"] == pytest.approx((theirs[1] / mine[1] + theirs[2] / mine[2]) / 2)
     assert {(r["peer"], r["collective"], r["size"]) for r in data["ratios"]} == {
         (peer, c, s) for peer in peers for c, s in points}
 
