@@ -164,7 +164,9 @@ void Backoff::pause(const std::function<std::string()>& describe, bool yield) {
   // for a whole 8-byte all-reduce). The timeout and the spinning count from there.
   if (++polls_ & 63) {
     if (phase_ == kSpin) cpuRelax();
-    else if (phase_ == kYield && yield) sched_yield();
+    // Asked not to yield, it still does every 512th poll (tens of microseconds): the CPU's other
+    // ranks wait for this one, but a thread of another program may be waiting for the CPU too.
+    else if (phase_ == kYield && (yield || polls_ % 512 == 511)) sched_yield();
     else if (phase_ == kYield) cpuRelax();
     else std::this_thread::sleep_for(std::chrono::microseconds(50));
     return;

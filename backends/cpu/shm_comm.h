@@ -139,8 +139,8 @@ struct ShmHeader {
 class Backoff {
  public:
   Backoff(double timeout, long spinNs, std::function<void()> checkAbort);
-  // `yield` false: while it would yield, it polls with a CPU pause instead (a wait whose CPU's
-  // other ranks all wait for this one: ShmComm::matesAwaitMe).
+  // `yield` false: while it would yield, it polls with a CPU pause instead, but for every 512th
+  // poll (a wait whose CPU's other ranks all wait for this one: ShmComm::matesAwaitMe).
   void pause(const std::function<std::string()>& describe, bool yield = true);
   // Progress was made: the next pause starts a new wait, spinning first.
   void restart() {
