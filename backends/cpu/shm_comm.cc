@@ -222,7 +222,7 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   size_t p2pOff = dataOff + 2 * slotBytes_ * nranks_;
   size_t boxOff = p2pOff + p2pBytes_ * kP2pBufs * nranks_ * nranks_;
   size_t headsOff = boxOff + kBoxes * kBoxBytes;
-  size_t linesOff = headsOff + kBoxes * nranks_ * 64;
+  size_t linesOff = headsOff + kBoxes / 2 * nranks_ * 64;
   size_t total = linesOff + 2 * nranks_ * 64;
 
   std::vector<SegmentInfo> info(args_->nranks);
