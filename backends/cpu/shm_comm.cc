@@ -222,7 +222,8 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   size_t p2pOff = dataOff + 2 * slotBytes_ * nranks_;
   size_t boxOff = p2pOff + p2pBytes_ * kP2pBufs * nranks_ * nranks_;
   size_t headsOff = boxOff + kBoxes * kBoxBytes;
-  size_t linesOff = headsOff + kBoxes / 2 * nranks_ * 64;
+  size_t wideHeadsOff = headsOff + kBoxes / 2 * nranks_ * 64;
+  size_t linesOff = wideHeadsOff + kBoxes * nranks_ * 64;
   size_t total = linesOff + 2 * nranks_ * 64;
 
   std::vector<SegmentInfo> info(args_->nranks);
@@ -295,6 +296,7 @@ ShmComm::ShmComm(const acclBackendCommArgs_v1* args, std::vector<int> members)
   p2p_ = b + p2pOff;
   boxes_ = b + boxOff;
   heads_ = b + headsOff;
+  wideHeads_ = b + wideHeadsOff;
   lines_ = b + linesOff;
   // Peers learn this rank's process once the last exchange below is done.
   ctrl_[rank_].pid = getpid();
@@ -554,13 +556,15 @@ char* ShmComm::aside(size_t bytes) {
   return aside_;
 }
 
-void ShmComm::nextBox(bool write) {
+void ShmComm::nextBox(bool write, size_t bytes) {
   const uint64_t k = boxStep_++ % kBoxes;
   // Readers of this box's last use (0: none yet) read it after arriving at boxUsed_[k], before
   // their next arrival.
   if (write && boxUsed_[k]) waitEpoch(boxUsed_[k] + 1);
   boxUsed_[k] = epoch_ + 1;  // the epoch this step arrives at
   box_ = k;
+  wide_ = bytes > 24 && bytes <= 56;
+  beside_ = bytes <= 56;
 }
 
 void ShmComm::waitStamp(const std::atomic<uint64_t>& stamp, uint64_t want, int r, long spinNs) {

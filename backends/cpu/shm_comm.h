@@ -208,26 +208,26 @@ class ShmComm {
   // slower).
   static constexpr uint64_t kBoxes = 64;
   static constexpr size_t kBoxBytes = 32768;
-  // Takes the next box. Every rank also has a head record of 32 bytes in each box, which ends
-  // with its stamp (kBoxStampAt); a writer's data lie beside its stamp when they fit, otherwise
-  // in the box's kBoxBytes (boxFor says where). A writer (a broadcast's or scatter's root, a
-  // gather's or reduce's other ranks) stamps its head record with the epoch it then arrives
-  // at, and readers wait for that stamp instead of the writer's epoch: small data cross in the
-  // line they wait on, one line instead of two, one after the other. Two consecutive boxes'
-  // records share a line, so a reader behind its writer takes two calls' data in one line's
-  // crossing, as Open MPI's fast box packs two small messages to a line: at 2 ranks 8-byte
-  // broadcasts took 0.73-0.96 of the time in the VM's slow minutes, where a line crosses in
-  // 0.16-0.20 us, than with a record of a whole line and up to 56 bytes beside the stamp; 32
-  // bytes, now in the box, 1.03-1.10x (docs/algorithms.md "Steps"). Only a rank's
-  // stamps are written to its stamp, so the stamp a reader finds is that box's last. The head
-  // lines lie together, 2 KiB a rank, where the boxes take a page each (each head in its box's
-  // page, a run's first 8-byte broadcasts took up to 1.8x as long).
-  static constexpr size_t kBoxStampAt = 24;
-  void nextBox(bool write);
-  // Where rank `writer`'s `bytes` go in this call's box: beside its stamp when they fit,
+  // Takes the next box for a call in which each writer (a broadcast's or scatter's root, a
+  // gather's or reduce's other ranks) writes `bytes`. Every rank also has head records in
+  // each box, which end with its stamp; a writer's data lie beside its stamp when they fit,
+  // otherwise in the box's kBoxBytes (boxFor says where). A writer stamps its head record with
+  // the epoch it then arrives at, and readers wait for that stamp instead of the writer's
+  // epoch: small data cross in the line they wait on, one line instead of two, one after the
+  // other. A call of up to 24 bytes a writer takes a record of 32 bytes, two consecutive boxes'
+  // to a line, so a reader behind its writer takes two calls in one line's crossing, as Open
+  // MPI's fast box packs two small messages to a line (2 ranks, 8-byte broadcasts: 0.73-0.96 of
+  // the time in the VM's slow minutes, where a line crosses in 0.16-0.20 us); one of up to 56
+  // bytes takes a whole line, in a ring of its own (in the box they took 1.03-1.10x the time,
+  // a second crossing; docs/algorithms.md "Steps"). Each stamp lies where only stamps are
+  // written, so the stamp a reader finds is that box's last. The head lines lie together,
+  // 6 KiB a rank, where the boxes take a page each (each head in its box's page, a run's first
+  // 8-byte broadcasts took up to 1.8x as long).
+  void nextBox(bool write, size_t bytes);
+  // Where rank `writer`'s data go in this call's box: beside its stamp when they fit,
   // otherwise at byte `at` of the box.
-  char* boxFor(int writer, size_t bytes, size_t at) const {
-    return bytes <= kBoxStampAt ? head(writer) : boxes_ + box_ * kBoxBytes + at;
+  char* boxFor(int writer, size_t at) const {
+    return beside_ ? head(writer) : boxes_ + box_ * kBoxBytes + at;
   }
   void stampBox() { stampOf(rank_).store(epoch_ + 1, std::memory_order_release); }
   // After arriving: waits until rank `writer` has stamped this call's box.
@@ -393,9 +393,13 @@ class ShmComm {
   // meanwhile (docs/algorithms.md "Waiting").
   static constexpr long kSpinApartNs = 2000;
   long spinFor(int r) const { return apart_[r] ? std::max(spinNs_, kSpinApartNs) : spinNs_; }
-  char* head(int r) const { return heads_ + ((box_ / 2) * nranks_ + r) * 64 + box_ % 2 * 32; }
+  // This call's head record of rank r: a whole line (wide_) or half of one.
+  char* head(int r) const {
+    return wide_ ? wideHeads_ + (box_ * nranks_ + r) * 64
+                 : heads_ + ((box_ / 2) * nranks_ + r) * 64 + box_ % 2 * 32;
+  }
   std::atomic<uint64_t>& stampOf(int r) const {
-    return *reinterpret_cast<std::atomic<uint64_t>*>(head(r) + kBoxStampAt);
+    return *reinterpret_cast<std::atomic<uint64_t>*>(head(r) + (wide_ ? 56 : 24));
   }
   // What a wait for the ranks where `missing` holds says it waits for.
   std::string awaited(const std::function<bool(int)>& missing) const;
@@ -432,13 +436,16 @@ class ShmComm {
   uint64_t epoch_ = 0, step_ = 0;
   uint64_t synced_ = 0;  // every rank has arrived at this epoch
   uint64_t boxStep_ = 0, boxUsed_[kBoxes] = {};
-  char* heads_ = nullptr;  // kBoxes / 2 x nranks_ head lines, two boxes' records in each
+  char* heads_ = nullptr;      // kBoxes / 2 x nranks_ head lines, two boxes' records in each
+  char* wideHeads_ = nullptr;  // kBoxes x nranks_ head lines, a box's record in each
   char* lines_ = nullptr;  // 2 x nranks_ lines of small all-reduces
   uint64_t lineStep_ = 0;  // small all-reduces so far
   std::atomic<uint64_t>& lineStamp(int r) const {
     return *reinterpret_cast<std::atomic<uint64_t>*>(lineOf(r) + kStampAt);
   }
   uint64_t box_ = 0;       // the box of the latest call that took one
+  bool wide_ = false;      // its head records are whole lines (nextBox)
+  bool beside_ = false;    // its data lie beside the stamps
   bool oversubscribed_ = false;
   long spinNs_ = 0;
   std::vector<char> apart_;  // per rank: bound to none of this rank's CPUs

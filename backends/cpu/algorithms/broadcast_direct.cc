@@ -19,8 +19,8 @@ void broadcastDirect(ShmComm& c, const CollArgs& a) {
   const bool root = c.rank() == a.root;
   if (root && a.send != a.recv) copyOnce(a.recv, a.send, a.count * es);
   if (c.fitsBox(a.count * es)) {  // through the ring of small boxes
-    c.nextBox(root);
-    char* box = c.boxFor(a.root, a.count * es, 0);
+    c.nextBox(root, a.count * es);
+    char* box = c.boxFor(a.root, 0);
     if (root) {
       copyToBox(box, a.send, a.count * es);
       c.stampBox();

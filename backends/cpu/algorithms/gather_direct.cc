@@ -21,10 +21,10 @@ void gatherDirect(ShmComm& c, const CollArgs& a) {
   if (root && a.send != recv + me * a.count * es)
     copyOnce(recv + me * a.count * es, a.send, a.count * es);
   if (c.fitsBox(n * a.count * es)) {
-    c.nextBox(!root);
     const size_t m = a.count * es;
+    c.nextBox(!root, m);
     if (!root) {
-      memcpy(c.boxFor(me, m, me * m), a.send, m);
+      memcpy(c.boxFor(me, me * m), a.send, m);
       c.stampBox();
     }
     c.arrive();
@@ -32,7 +32,7 @@ void gatherDirect(ShmComm& c, const CollArgs& a) {
     for (int r = 0; r < n; ++r) {
       if (r == me) continue;
       c.waitBox(r);
-      memcpy(recv + r * m, c.boxFor(r, m, r * m), m);
+      memcpy(recv + r * m, c.boxFor(r, r * m), m);
     }
     return;
   }

@@ -21,16 +21,16 @@ void reduceDirect(ShmComm& c, const CollArgs& a) {
   const void** srcs = c.sources();
   const size_t bytes = a.count * es;
   if (c.fitsBox(n * bytes)) {
-    c.nextBox(me != a.root);
+    c.nextBox(me != a.root, bytes);
     if (me != a.root) {
-      memcpy(c.boxFor(me, bytes, me * bytes), a.send, bytes);
+      memcpy(c.boxFor(me, me * bytes), a.send, bytes);
       c.stampBox();
     }
     c.arrive();
     if (me != a.root) return;
     for (int r = 0; r < n; ++r) {
       if (r != me) c.waitBox(r);
-      srcs[r] = c.boxFor(r, bytes, r * bytes);
+      srcs[r] = c.boxFor(r, r * bytes);
     }
     srcs[me] = a.send;
     reduce(a.recv, srcs, n, a.count, a.type, a.op);

@@ -20,8 +20,8 @@ void scatterDirect(ShmComm& c, const CollArgs& a) {
   if (root && a.recv != send + me * a.count * es)
     copyOnce(a.recv, send + me * a.count * es, a.count * es);
   if (c.fitsBox(n * a.count * es)) {
-    c.nextBox(root);
-    char* box = c.boxFor(a.root, n * a.count * es, 0);
+    c.nextBox(root, n * a.count * es);
+    char* box = c.boxFor(a.root, 0);
     if (root) {
       copyToBox(box, send, n * a.count * es);
       c.stampBox();
