@@ -563,8 +563,8 @@ void ShmComm::nextBox(bool write, size_t bytes) {
   if (write && boxUsed_[k]) waitEpoch(boxUsed_[k] + 1);
   boxUsed_[k] = epoch_ + 1;  // the epoch this step arrives at
   box_ = k;
-  wide_ = bytes > 24 && bytes <= 56;
-  beside_ = bytes <= 56;
+  wide_ = bytes > kHalfStampAt && bytes <= kStampAt;
+  beside_ = bytes <= kStampAt;
 }
 
 void ShmComm::waitStamp(const std::atomic<uint64_t>& stamp, uint64_t want, int r, long spinNs) {

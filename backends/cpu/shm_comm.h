@@ -223,6 +223,7 @@ class ShmComm {
   // written, so the stamp a reader finds is that box's last. The head lines lie together,
   // 6 KiB a rank, where the boxes take a page each (each head in its box's page, a run's first
   // 8-byte broadcasts took up to 1.8x as long).
+  static constexpr size_t kHalfStampAt = 24;  // in a record of half a line
   void nextBox(bool write, size_t bytes);
   // Where rank `writer`'s data go in this call's box: beside its stamp when they fit,
   // otherwise at byte `at` of the box.
@@ -239,7 +240,7 @@ class ShmComm {
   // step moves its epoch's line and then its slot's (docs/algorithms.md, "Small
   // all-reduces"). No epoch is taken: a rank writes a set again two calls later, once it has
   // seen every rank's stamp of the call in between, which each writes after reading this set.
-  static constexpr size_t kStampAt = 56;  // where a line's stamp lies, after its data
+  static constexpr size_t kStampAt = 56;  // where a line's stamp lies, after its data (boxes too)
   char* nextLine() {
     ++lineStep_;
     return lineOf(rank_);
@@ -399,7 +400,8 @@ class ShmComm {
                  : heads_ + ((box_ / 2) * nranks_ + r) * 64 + box_ % 2 * 32;
   }
   std::atomic<uint64_t>& stampOf(int r) const {
-    return *reinterpret_cast<std::atomic<uint64_t>*>(head(r) + (wide_ ? 56 : 24));
+    char* at = head(r) + (wide_ ? kStampAt : kHalfStampAt);
+    return *reinterpret_cast<std::atomic<uint64_t>*>(at);
   }
   // What a wait for the ranks where `missing` holds says it waits for.
   std::string awaited(const std::function<bool(int)>& missing) const;
