@@ -9,9 +9,9 @@
 // Build and run from the repository root (copy a build first: the two files must differ):
 //   g++ -O2 -std=c++17 -Icsrc/include perf/ab_builds.cc -o /tmp/ab_builds -ldl
 //   /tmp/ab_builds /tmp/libaccl.old.so python/accl/libaccl.so broadcast 8 2000 20000
-// The arguments: the two libraries, the call (all_reduce, broadcast, broadcast_in_place or
-// sendrecv: a group of a send to the next rank and a receive from the previous one), its
-// bytes, rounds, calls per loop, and optionally the threshold in µs between the modes and the
+// The arguments: the two libraries, the call (all_reduce, broadcast, broadcast_in_place,
+// all_gather, all_gather_in_place, or sendrecv: a group of a send to the next rank and a
+// receive from the previous one), its bytes (an all-gather's output, as accl-perf counts), rounds, calls per loop, and optionally the threshold in µs between the modes and the
 // number of ranks (default 2), bound as accl-perf binds them: rank r to CPU r * cpus / n.
 #include <accl/accl.h>
 #include <dlfcn.h>
@@ -35,6 +35,7 @@ struct Build {
   decltype(&acclCommInitRank) init;
   decltype(&acclAllReduce) allReduce;
   decltype(&acclBroadcast) broadcast;
+  decltype(&acclAllGather) allGather;
   decltype(&acclSend) send;
   decltype(&acclRecv) recv;
   decltype(&acclGroupStart) groupStart;
@@ -60,6 +61,7 @@ struct Build {
     init = reinterpret_cast<decltype(init)>(sym("acclCommInitRank"));
     allReduce = reinterpret_cast<decltype(allReduce)>(sym("acclAllReduce"));
     broadcast = reinterpret_cast<decltype(broadcast)>(sym("acclBroadcast"));
+    allGather = reinterpret_cast<decltype(allGather)>(sym("acclAllGather"));
     send = reinterpret_cast<decltype(send)>(sym("acclSend"));
     recv = reinterpret_cast<decltype(recv)>(sym("acclRecv"));
     groupStart = reinterpret_cast<decltype(groupStart)>(sym("acclGroupStart"));
@@ -76,8 +78,8 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   if (argc < 7) {
-    fprintf(stderr, "usage: ab_builds LIB_A LIB_B all_reduce|broadcast|broadcast_in_place|sendrecv "
-                    "BYTES ROUNDS CALLS [SLOW_US [NRANKS]]\n");
+    fprintf(stderr, "usage: ab_builds LIB_A LIB_B all_reduce|broadcast|broadcast_in_place|"
+                    "all_gather|all_gather_in_place|sendrecv BYTES ROUNDS CALLS [SLOW_US [NRANKS]]\n");
     return 2;
   }
   if (!strcmp(argv[1], argv[2])) {
@@ -92,7 +94,7 @@ int main(int argc, char** argv) {
   const double slowUs = argc > 7 ? atof(argv[7]) : 0.2;
   const int n = argc > 8 ? atoi(argv[8]) : 2;
   if (call != "all_reduce" && call != "broadcast" && call != "broadcast_in_place" &&
-      call != "sendrecv") {
+      call != "all_gather" && call != "all_gather_in_place" && call != "sendrecv") {
     fprintf(stderr, "ab_builds: unknown call %s\n", call.c_str());
     return 2;
   }
@@ -123,17 +125,34 @@ int main(int argc, char** argv) {
       fprintf(stderr, "ab_builds: rank %d: init failed\n", me);
       return 1;
     }
-  std::vector<float> in(std::max<size_t>(count, 1), 1.0f), out(in.size());
+  // Huge pages advised, written with ones, as accl-perf's buffers (python/accl/perf.py buffer).
+  auto buffer = [](size_t floats) {
+    const size_t huge = size_t(2) << 20, bytes = (floats * 4 + huge - 1) / huge * huge;
+    void* m = mmap(nullptr, bytes + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+    if (m == MAP_FAILED) exit(1);
+    auto* p = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(m) + huge - 1) / huge * huge);
+    madvise(p, bytes, MADV_HUGEPAGE);
+    std::fill(p, p + bytes / 4, 1.0f);
+    return p;
+  };
+  float* in = buffer(std::max<size_t>(count, 1));
+  float* out = buffer(std::max<size_t>(count, 1));
+  const size_t block = count / n;  // an all-gather's input
   auto once = [&](Build& b) {
     if (call == "all_reduce")
-      return b.allReduce(in.data(), out.data(), count, acclFloat32, acclSum, b.comm, nullptr);
+      return b.allReduce(in, out, count, acclFloat32, acclSum, b.comm, nullptr);
     if (call == "broadcast")
-      return b.broadcast(in.data(), out.data(), count, acclFloat32, 0, b.comm, nullptr);
+      return b.broadcast(in, out, count, acclFloat32, 0, b.comm, nullptr);
     if (call == "broadcast_in_place")
-      return b.broadcast(out.data(), out.data(), count, acclFloat32, 0, b.comm, nullptr);
+      return b.broadcast(out, out, count, acclFloat32, 0, b.comm, nullptr);
+    if (call == "all_gather")
+      return b.allGather(in, out, block, acclFloat32, b.comm, nullptr);
+    if (call == "all_gather_in_place")
+      return b.allGather(out + me * block, out, block, acclFloat32, b.comm, nullptr);
     b.groupStart();
-    acclResult_t s = b.send(in.data(), count, acclFloat32, (me + 1) % n, b.comm, nullptr);
-    acclResult_t r = b.recv(out.data(), count, acclFloat32, (me + n - 1) % n, b.comm, nullptr);
+    acclResult_t s = b.send(in, count, acclFloat32, (me + 1) % n, b.comm, nullptr);
+    acclResult_t r = b.recv(out, count, acclFloat32, (me + n - 1) % n, b.comm, nullptr);
     acclResult_t e = b.groupEnd();
     return s ? s : r ? r : e;
   };

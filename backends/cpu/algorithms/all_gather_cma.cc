@@ -26,13 +26,17 @@ void allGatherCma(ShmComm& c, const CollArgs& a) {
   char* recv = static_cast<char*>(a.recv);
   c.publish(a.send, a.recv);
   c.barrier();
-  // The own block first; copying it after the pushes measured level (0.91-1.07 at 256 KiB-64 MiB).
-  if (a.send != recv + me * bytes) copyOnce(recv + me * bytes, a.send, bytes);
+  // The own block before the pushes (after them: 1.01-1.02x the time at 256 KiB-2 MiB), after
+  // the pulls (before them: the 2-rank 16 MiB out of place took 1.01-1.10x the time, 7 runs of
+  // perf/ab_builds.cc; level at 8 and 32-64 MiB, at 4 ranks and on fresh inputs).
+  const bool pulling = c.pulls(me, n * bytes), own = a.send != recv + me * bytes;
+  if (own && !pulling) copyOnce(recv + me * bytes, a.send, bytes);
   for (int q = 0; q < n; ++q) {
     if (q == me) continue;
-    if (c.pulls(me, n * bytes)) c.cmaRead(q, recv + q * bytes, c.peer(q).sendAddr, bytes);
+    if (pulling) c.cmaRead(q, recv + q * bytes, c.peer(q).sendAddr, bytes);
     if (!c.pulls(q, n * bytes)) c.cmaWrite(q, c.peer(q).recvAddr + me * bytes, a.send, bytes);
   }
+  if (own && pulling) copyOnce(recv + me * bytes, a.send, bytes);
   c.barrier();  // every block has arrived
 }
 
