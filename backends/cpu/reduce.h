@@ -35,9 +35,10 @@ void copyUncached(void* dst, const void* src, size_t bytes, size_t from);
 // The copy of a block that nobody reads again in this call (a rank's own block of an
 // all-gather, the root's copy of a broadcast). From kMovsbCopyBytes `rep movsb`, which does not
 // read the destination first either: glibc's memcpy does above the L2 size on this AMD VM, 3x
-// slower into a destination out of the cache. From kUncachedCopyBytes streaming stores, which
+// slower into a destination out of the cache. At 1 MiB memcpy was still faster (the 2-rank
+// all-gather of 2 MiB: 0.96-0.99 of the time). From kUncachedCopyBytes streaming stores, which
 // beat `rep movsb` once the blocks outgrow the L3 (docs/algorithms.md, "Zeros stream faster").
-constexpr size_t kMovsbCopyBytes = size_t(1) << 20;
+constexpr size_t kMovsbCopyBytes = size_t(2) << 20;
 constexpr size_t kUncachedCopyBytes = size_t(8) << 20;
 void copyOnce(void* dst, const void* src, size_t bytes);
 

@@ -333,7 +333,7 @@ TEST_CASE(root_share) {
   return ok ? 0 : 1;
 }
 
-// Blocks from 1 MiB on, where a rank's own block (all-gather, gather, scatter, alltoall) and the
+// Blocks from 2 MiB on, where a rank's own block (all-gather, gather, scatter, alltoall) and the
 // root's copy (broadcast) take `rep movsb`, and from 8 MiB on, where they bypass the caches: odd
 // sizes and odd offsets, so the streamed middle has an unaligned head and a short tail on some
 // ranks.
