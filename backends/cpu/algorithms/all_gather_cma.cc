@@ -29,14 +29,17 @@ void allGatherCma(ShmComm& c, const CollArgs& a) {
   // The own block before the pushes (after them: 1.01-1.02x the time at 256 KiB-2 MiB), after
   // the pulls (before them: the 2-rank 16 MiB out of place took 1.01-1.10x the time, 7 runs of
   // perf/ab_builds.cc; level at 8 and 32-64 MiB, at 4 ranks and on fresh inputs).
-  const bool pulling = c.pulls(me, n * bytes), own = a.send != recv + me * bytes;
-  if (own && !pulling) copyOnce(recv + me * bytes, a.send, bytes);
+  const bool pulling = c.pulls(me, n * bytes);
+  auto copyOwn = [&] {
+    if (a.send != recv + me * bytes) copyOnce(recv + me * bytes, a.send, bytes);
+  };
+  if (!pulling) copyOwn();
   for (int q = 0; q < n; ++q) {
     if (q == me) continue;
     if (pulling) c.cmaRead(q, recv + q * bytes, c.peer(q).sendAddr, bytes);
     if (!c.pulls(q, n * bytes)) c.cmaWrite(q, c.peer(q).recvAddr + me * bytes, a.send, bytes);
   }
-  if (own && pulling) copyOnce(recv + me * bytes, a.send, bytes);
+  if (pulling) copyOwn();
   c.barrier();  // every block has arrived
 }
 
