@@ -9,13 +9,14 @@
 // Build and run from the repository root (copy a build first: the two files must differ):
 //   g++ -O2 -std=c++17 -Icsrc/include perf/ab_builds.cc -o /tmp/ab_builds -ldl
 //   /tmp/ab_builds /tmp/libaccl.old.so python/accl/libaccl.so broadcast 8 2000 20000
-// The arguments: the two libraries, the call (all_reduce, broadcast, broadcast_in_place,
-// all_gather, all_gather_in_place, or sendrecv: a group of a send to the next rank and a
-// receive from the previous one), its bytes (an all-gather's output, as accl-perf counts),
-// rounds, calls per loop, and optionally the threshold in µs between the modes and the number
-// of ranks (default 2), bound as accl-perf binds them: rank r to CPU r * cpus / n. Where the
-// two builds differ by a few percent, run both orders (A B and B A): a run of 16 rounds has
-// read 0.91 in one order where the other read 0.99 (all_gather of 16 MiB, 2026-12-07).
+// The arguments: the two libraries, the call (all_reduce, broadcast, broadcast_in_place, reduce,
+// reduce_in_place (both to rank 0), all_gather, all_gather_in_place, or sendrecv: a group of a
+// send to the next rank and a receive from the previous one), its bytes (an all-gather's
+// output, as accl-perf counts), rounds, calls per loop, and optionally the threshold in µs
+// between the modes and the number of ranks (default 2), bound as accl-perf binds them: rank r
+// to CPU r * cpus / n. Where the two builds differ by a few percent, run both orders (A B and
+// B A): a run of 16 rounds has read 0.91 in one order where the other read 0.99 (all_gather of
+// 16 MiB, 2026-12-07).
 #include <accl/accl.h>
 #include <dlfcn.h>
 #include <sched.h>
@@ -39,6 +40,7 @@ struct Build {
   decltype(&acclCommInitRank) init;
   decltype(&acclAllReduce) allReduce;
   decltype(&acclBroadcast) broadcast;
+  decltype(&acclReduce) reduce;
   decltype(&acclAllGather) allGather;
   decltype(&acclSend) send;
   decltype(&acclRecv) recv;
@@ -65,6 +67,7 @@ struct Build {
     init = reinterpret_cast<decltype(init)>(sym("acclCommInitRank"));
     allReduce = reinterpret_cast<decltype(allReduce)>(sym("acclAllReduce"));
     broadcast = reinterpret_cast<decltype(broadcast)>(sym("acclBroadcast"));
+    reduce = reinterpret_cast<decltype(reduce)>(sym("acclReduce"));
     allGather = reinterpret_cast<decltype(allGather)>(sym("acclAllGather"));
     send = reinterpret_cast<decltype(send)>(sym("acclSend"));
     recv = reinterpret_cast<decltype(recv)>(sym("acclRecv"));
@@ -83,7 +86,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   if (argc < 7) {
     fprintf(stderr, "usage: ab_builds LIB_A LIB_B all_reduce|broadcast|broadcast_in_place|"
-                    "all_gather|all_gather_in_place|sendrecv BYTES ROUNDS CALLS [SLOW_US [NRANKS]]\n");
+                    "reduce|reduce_in_place|all_gather|all_gather_in_place|sendrecv BYTES ROUNDS CALLS [SLOW_US [NRANKS]]\n");
     return 2;
   }
   if (!strcmp(argv[1], argv[2])) {
@@ -98,9 +101,11 @@ int main(int argc, char** argv) {
   const double slowUs = argc > 7 ? atof(argv[7]) : 0.2;
   const int n = argc > 8 ? atoi(argv[8]) : 2;
   // The call is looked up once: compared by name in the loop, it cost 3% of an 8-byte send/recv.
-  enum Call { kAllReduce, kBroadcast, kBroadcastInPlace, kAllGather, kAllGatherInPlace, kSendRecv };
-  const char* const names[] = {"all_reduce", "broadcast", "broadcast_in_place", "all_gather",
-                               "all_gather_in_place", "sendrecv"};  // in the order of Call
+  enum Call { kAllReduce, kBroadcast, kBroadcastInPlace, kReduce, kReduceInPlace, kAllGather,
+              kAllGatherInPlace, kSendRecv };
+  const char* const names[] = {"all_reduce", "broadcast", "broadcast_in_place", "reduce",
+                               "reduce_in_place", "all_gather", "all_gather_in_place",
+                               "sendrecv"};  // in the order of Call
   const auto named = std::find(std::begin(names), std::end(names), call);
   if (named == std::end(names)) {
     fprintf(stderr, "ab_builds: unknown call %s\n", call.c_str());
@@ -153,6 +158,9 @@ int main(int argc, char** argv) {
       case kAllReduce: return b.allReduce(in, out, count, acclFloat32, acclSum, b.comm, nullptr);
       case kBroadcast: return b.broadcast(in, out, count, acclFloat32, 0, b.comm, nullptr);
       case kBroadcastInPlace: return b.broadcast(out, out, count, acclFloat32, 0, b.comm, nullptr);
+      case kReduce: return b.reduce(in, out, count, acclFloat32, acclSum, 0, b.comm, nullptr);
+      case kReduceInPlace:
+        return b.reduce(out, out, count, acclFloat32, acclSum, 0, b.comm, nullptr);
       case kAllGather: return b.allGather(in, out, block, acclFloat32, b.comm, nullptr);
       case kAllGatherInPlace:
         return b.allGather(out + me * block, out, block, acclFloat32, b.comm, nullptr);

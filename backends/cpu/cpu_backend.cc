@@ -245,14 +245,20 @@ void reduceScatterAuto(ShmComm& c, const CollArgs& a) {
   else reduceScatterDirect(c, a);
 }
 
-// A reduce that fits a box runs direct; otherwise single copy from its threshold (ACCL_CMA_MIN),
-// and below it (or without single copy) direct up to 128 KiB (16 KiB with more ranks than
-// cores), then split: docs/algorithms.md, "Reduce".
+// A reduce that fits a box runs direct; otherwise single copy from its threshold (ACCL_CMA_MIN):
+// the root alone reads and reduces (pull) up to 256 KiB (128 KiB with more ranks than cores),
+// every rank a part of it (cma) beyond. Below the threshold (or without single copy) direct up
+// to 128 KiB (16 KiB with more ranks than cores), then split: docs/algorithms.md, "Reduce".
 void reduceAuto(ShmComm& c, const CollArgs& a) {
-  if (!fitsBox(c, a, c.nranks()) && useCma(c, a, kReduce)) reduceCma(c, a);
-  else if (a.count * typeSize(a.type) <= size_t(c.oversubscribed() ? 16 : 128) << 10)
+  const size_t bytes = a.count * typeSize(a.type);
+  if (!fitsBox(c, a, c.nranks()) && useCma(c, a, kReduce)) {
+    if (bytes <= size_t(c.oversubscribed() ? 128 : 256) << 10) reducePull(c, a);
+    else reduceCma(c, a);
+  } else if (bytes <= size_t(c.oversubscribed() ? 16 : 128) << 10) {
     reduceDirect(c, a);
-  else reduceSplit(c, a);
+  } else {
+    reduceSplit(c, a);
+  }
 }
 
 // By size alone, as every choice here: ranks need not agree on working in place, and they must

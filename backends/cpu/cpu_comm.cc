@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstring>
 #include <map>
 #include <sstream>
 
@@ -24,42 +23,44 @@ void onShm(CpuComm& c, const CollArgs& a) {
 // ACCL_ALGO: "allreduce:ring;allgather:cma" (items separated by ; or ,; case, '_' and ' '
 // ignored). Parsed before any exchange, so a typo fails every rank alike at once. The one-node
 // algorithms run on the node's shared memory only, so forcing one across nodes is an error.
+enum Where { kAnyNodes, kOneNode, kSingleCopy };  // kSingleCopy: one node, cross-memory attach
 struct Named {
   const char* name;
   Coll coll;
   Algo algo;
-  bool oneNode;
+  Where where;
 };
 const Named kNamed[] = {
-    {"allreduce:ring", kAllReduce, allReduceRing, false},
-    {"allreduce:hier", kAllReduce, allReduceHier, false},
-    {"allreduce:hierring", kAllReduce, allReduceHierRing, false},
-    {"allreduce:hierdoubling", kAllReduce, allReduceHierDoubling, false},
-    {"broadcast:hier", kBroadcast, broadcastHier, false},
-    {"broadcast:hiertree", kBroadcast, broadcastHierTree, false},
-    {"broadcast:hierscatter", kBroadcast, broadcastHierScatter, false},
-    {"allreduce:direct", kAllReduce, onShm<allReduceDirect>, true},
-    {"allreduce:split", kAllReduce, onShm<allReduceSplit>, true},
-    {"allreduce:cma", kAllReduce, onShm<allReduceCma>, true},
-    {"allgather:ring", kAllGather, allGatherRing, false},
-    {"allgather:hier", kAllGather, allGatherHier, false},
-    {"reducescatter:pairwise", kReduceScatter, reduceScatterPairwise, false},
-    {"reducescatter:hier", kReduceScatter, reduceScatterHier, false},
-    {"allgather:direct", kAllGather, onShm<allGatherDirect>, true},
-    {"allgather:cma", kAllGather, onShm<allGatherCma>, true},
-    {"reducescatter:direct", kReduceScatter, onShm<reduceScatterDirect>, true},
-    {"reducescatter:cma", kReduceScatter, onShm<reduceScatterCma>, true},
-    {"broadcast:direct", kBroadcast, onShm<broadcastDirect>, true},
-    {"broadcast:cma", kBroadcast, onShm<broadcastCma>, true},
-    {"reduce:direct", kReduce, onShm<reduceDirect>, true},
-    {"reduce:split", kReduce, onShm<reduceSplit>, true},
-    {"reduce:cma", kReduce, onShm<reduceCma>, true},
-    {"alltoall:direct", kAlltoAll, onShm<alltoAllDirect>, true},
-    {"alltoall:cma", kAlltoAll, onShm<alltoAllCma>, true},
-    {"gather:direct", kGather, onShm<gatherDirect>, true},
-    {"gather:cma", kGather, onShm<gatherCma>, true},
-    {"scatter:direct", kScatter, onShm<scatterDirect>, true},
-    {"scatter:cma", kScatter, onShm<scatterCma>, true},
+    {"allreduce:ring", kAllReduce, allReduceRing, kAnyNodes},
+    {"allreduce:hier", kAllReduce, allReduceHier, kAnyNodes},
+    {"allreduce:hierring", kAllReduce, allReduceHierRing, kAnyNodes},
+    {"allreduce:hierdoubling", kAllReduce, allReduceHierDoubling, kAnyNodes},
+    {"broadcast:hier", kBroadcast, broadcastHier, kAnyNodes},
+    {"broadcast:hiertree", kBroadcast, broadcastHierTree, kAnyNodes},
+    {"broadcast:hierscatter", kBroadcast, broadcastHierScatter, kAnyNodes},
+    {"allreduce:direct", kAllReduce, onShm<allReduceDirect>, kOneNode},
+    {"allreduce:split", kAllReduce, onShm<allReduceSplit>, kOneNode},
+    {"allreduce:cma", kAllReduce, onShm<allReduceCma>, kSingleCopy},
+    {"allgather:ring", kAllGather, allGatherRing, kAnyNodes},
+    {"allgather:hier", kAllGather, allGatherHier, kAnyNodes},
+    {"reducescatter:pairwise", kReduceScatter, reduceScatterPairwise, kAnyNodes},
+    {"reducescatter:hier", kReduceScatter, reduceScatterHier, kAnyNodes},
+    {"allgather:direct", kAllGather, onShm<allGatherDirect>, kOneNode},
+    {"allgather:cma", kAllGather, onShm<allGatherCma>, kSingleCopy},
+    {"reducescatter:direct", kReduceScatter, onShm<reduceScatterDirect>, kOneNode},
+    {"reducescatter:cma", kReduceScatter, onShm<reduceScatterCma>, kSingleCopy},
+    {"broadcast:direct", kBroadcast, onShm<broadcastDirect>, kOneNode},
+    {"broadcast:cma", kBroadcast, onShm<broadcastCma>, kSingleCopy},
+    {"reduce:direct", kReduce, onShm<reduceDirect>, kOneNode},
+    {"reduce:split", kReduce, onShm<reduceSplit>, kOneNode},
+    {"reduce:cma", kReduce, onShm<reduceCma>, kSingleCopy},
+    {"reduce:pull", kReduce, onShm<reducePull>, kSingleCopy},
+    {"alltoall:direct", kAlltoAll, onShm<alltoAllDirect>, kOneNode},
+    {"alltoall:cma", kAlltoAll, onShm<alltoAllCma>, kSingleCopy},
+    {"gather:direct", kGather, onShm<gatherDirect>, kOneNode},
+    {"gather:cma", kGather, onShm<gatherCma>, kSingleCopy},
+    {"scatter:direct", kScatter, onShm<scatterDirect>, kOneNode},
+    {"scatter:cma", kScatter, onShm<scatterCma>, kSingleCopy},
 };
 
 std::vector<const Named*> parseAlgo() {
@@ -232,10 +233,10 @@ CpuComm::CpuComm(const acclBackendCommArgs_v1* args)
     algo[kBarrier] = barrierHier;
   }
   for (const Named* f : forced) {
-    if (f->oneNode && !singleNode())
+    if (f->where != kAnyNodes && !singleNode())
       ACCL_THROW(acclInvalidArgument, "ACCL_ALGO: %s works inside one node; this communicator "
                  "spans %d nodes", f->name, nnodes());
-    if (strstr(f->name, ":cma") && !shm().cma())
+    if (f->where == kSingleCopy && !shm().cma())
       ACCL_THROW(acclInvalidUsage, "ACCL_ALGO: %s needs cross-memory attach between the ranks, "
                  "which this host refuses (ptrace restrictions, pid namespaces or ACCL_CMA_MIN=-1)",
                  f->name);

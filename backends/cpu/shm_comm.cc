@@ -87,7 +87,7 @@ bool cmaCrossovers(size_t* min, bool oversubscribed) {
   min[kAllGather] = (oversubscribed ? 64 : 16) << 10;
   min[kReduceScatter] = 16 << 10;
   min[kBroadcast] = (oversubscribed ? 128 : 32) << 10;
-  min[kReduce] = (oversubscribed ? 64 : 128) << 10;
+  min[kReduce] = (oversubscribed ? 32 : 64) << 10;
   min[kAlltoAll] = (oversubscribed ? 32 : 16) << 10;
   min[kGather] = 32 << 10;
   min[kScatter] = (oversubscribed ? 32 : 64) << 10;

@@ -38,13 +38,14 @@ import numpy as np
 from . import _types
 from .perf import parse_size
 
-# (collective, the ACCL_ALGO name, the candidates from small to large messages)
+# (collective, the ACCL_ALGO name, the candidates from small to large messages: the staged one
+# first, then the single-copy ones)
 CANDIDATES = [
     ("all_reduce", "allreduce", ("direct", "split", "cma")),
     ("all_gather", "allgather", ("direct", "cma")),
     ("reduce_scatter", "reducescatter", ("direct", "cma")),
     ("broadcast", "broadcast", ("direct", "cma")),
-    ("reduce", "reduce", ("direct", "cma")),
+    ("reduce", "reduce", ("direct", "pull", "cma")),
     ("alltoall", "alltoall", ("direct", "cma")),
     ("gather", "gather", ("direct", "cma")),
     ("scatter", "scatter", ("direct", "cma")),
@@ -93,7 +94,7 @@ def _measure(sizes: list[int], rounds: int, seconds: float,
             try:
                 comms[(coll, name)] = world.split(0, world.rank)
             except accl.InvalidUsageError:
-                if name != "cma":
+                if name not in ("pull", "cma"):
                     raise
                 # This host refuses cross-memory attach (or ACCL_CMA_MIN=-1): tune without it.
     del os.environ["ACCL_ALGO"]
@@ -143,7 +144,10 @@ def settings(sizes: list[int], means: dict[tuple[str, str], list[float]]) -> dic
     mins = {"allreduce": crossover([sizes[i] for i in above], [staged[i] for i in above],
                                    [cma[i] for i in above])}
     for coll, algo, names in CANDIDATES[1:]:
-        mins[algo] = crossover(sizes, means[(coll, names[0])], means[(coll, "cma")])
+        # Single copy at each size by its faster form (the library picks between reduce's two
+        # by size).
+        single = [min(t) for t in zip(*(means[(coll, m)] for m in names[1:]))]
+        mins[algo] = crossover(sizes, means[(coll, names[0])], single)
     return dict(values, ACCL_CMA_MIN=",".join(f"{k}:{v}" for k, v in mins.items()))
 
 

@@ -333,6 +333,45 @@ TEST_CASE(root_share) {
   return ok ? 0 : 1;
 }
 
+// Single-copy reduces from the threshold on, where up to 256 KiB (128 KiB with more ranks than
+// cores) the root alone reads every peer's input (reducePull), and beyond, where the ranks split
+// the work: every root, in and out of place. A rank other than the root overwrites its input the
+// moment the call returns: gone before the root had read it, it would hand the root the garbage.
+TEST_CASE(reduce_pull) {
+  bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
+    const int n = c.nranks, me = c.rank;
+    const size_t counts[] = {8192 + 3, 16384, 40000 + 1, 65536, 70000};  // int32
+    std::vector<int32_t> in(counts[4]), out(counts[4]);
+    for (int i = 0; i < 40; ++i) {
+      const int root = i % n;
+      const size_t count = counts[(i / n) % 5];
+      const bool inPlace = (i / (5 * n)) % 2 == 1;
+      auto valueOf = [&](size_t k, int r) { return int32_t(k * 7 + r * 1000003 + i); };
+      for (size_t k = 0; k < count; ++k) in[k] = valueOf(k, me);
+      int32_t* dst = inPlace ? in.data() : out.data();
+      ACCL_OK(acclReduce(in.data(), dst, count, acclInt32, acclSum, root, c.comm, nullptr));
+      if (me != root) {
+        std::fill(in.begin(), in.end(), -1);
+        continue;
+      }
+      size_t bad = count;
+      for (size_t k = 0; k < count && bad == count; ++k) {
+        int64_t want = 0;
+        for (int r = 0; r < n; ++r) want += valueOf(k, r);
+        if (dst[k] != int32_t(want)) bad = k;
+      }
+      if (bad < count)
+        reportFailure(__FILE__, __LINE__, "acclReduce #" + std::to_string(i) + " of " +
+                                              std::to_string(count) + " int32 " +
+                                              (inPlace ? "in place" : "out of place") +
+                                              " to root " + std::to_string(root) +
+                                              ": wrong element " + std::to_string(bad));
+    }
+    sanityAllReduce(c, "the single-copy reduces");
+  });
+  return ok ? 0 : 1;
+}
+
 // Blocks from 2 MiB on, where a rank's own block (all-gather, gather, scatter, alltoall) and the
 // root's copy (broadcast) take `rep movsb`, and from 8 MiB on, where they bypass the caches: odd
 // sizes and odd offsets, so the streamed middle has an unaligned head and a short tail on some

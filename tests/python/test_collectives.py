@@ -325,7 +325,7 @@ def test_single_copy_half_sum_rounds_once():
 # result, out of place and in place.
 @pytest.mark.parametrize("algo", [
     "allreduce:direct;allgather:direct;broadcast:direct;reducescatter:direct;alltoall:direct;"
-    "gather:direct;scatter:direct;reduce:direct", "allreduce:split;reduce:split",
+    "gather:direct;scatter:direct;reduce:direct", "allreduce:split;reduce:split", "reduce:pull",
     "allreduce:cma;allgather:cma;broadcast:cma;reducescatter:cma;reduce:cma;alltoall:cma;"
     "gather:cma;scatter:cma"])
 @pytest.mark.parametrize("nranks", [1, 2])

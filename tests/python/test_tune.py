@@ -84,7 +84,7 @@ def test_cma_min_item_minus_one_means_never():
     many = os.sysconf("SC_NPROCESSORS_ONLN") < 2  # more ranks than cores: the other table
     assert _crossovers(2, "broadcast:-1,allgather:4096,sendrecv:-1") == (
         f"allreduce {131072 if many else 32768}, allgather 4096, reducescatter 16384, "
-        f"broadcast never, reduce {65536 if many else 131072}, "
+        f"broadcast never, reduce {32768 if many else 65536}, "
         f"alltoall {32768 if many else 16384}, gather 32768, "
         f"scatter {32768 if many else 65536}, sendrecv never")
 
@@ -95,7 +95,7 @@ def test_more_ranks_than_cores_single_copy_from_other_sizes():
         pytest.skip(f"{n} ranks, one more than this machine's cores, are too many to start here")
     assert _crossovers(n, None) == (
         "allreduce 131072, allgather 65536, reducescatter 16384, broadcast 131072, "
-        "reduce 65536, alltoall 32768, gather 32768, scatter 32768, sendrecv 32768")
+        "reduce 32768, alltoall 32768, gather 32768, scatter 32768, sendrecv 32768")
 
 
 @pytest.mark.parametrize("value", ["allreduce:x", "allreduce", "ring:1", "-2", "broadcast:-2"])

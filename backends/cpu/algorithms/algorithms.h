@@ -38,6 +38,8 @@ void reduceSplit(ShmComm& c, const CollArgs& a);
 void reduceDirect(ShmComm& c, const CollArgs& a);
 // cma: as all-reduce cma, each rank writing its reduced part into the root's output only.
 void reduceCma(ShmComm& c, const CollArgs& a);
+// pull: the root reads every peer's input and reduces it alone (single copy; ShmComm::cma).
+void reducePull(ShmComm& c, const CollArgs& a);
 // Single copy (cross-memory attach, ShmComm::cma): ranks read each other's buffers directly.
 void allGatherCma(ShmComm& c, const CollArgs& a);
 void broadcastCma(ShmComm& c, const CollArgs& a);

@@ -9,18 +9,11 @@
 // publishes the buffers' addresses; one at the end says that every part has arrived and nobody
 // reads this rank's input any more.
 //
-// Against staging through /dev/shm this copies each byte once, and no rank reads memory another
-// core has just written (the peers' inputs are the caller's; the all-reduce pushes its results
-// rather than letting peers pull them): on this VM those core-to-core reads of fresh lines are
-// the slow path. Rank r's range of every buffer is read and written by rank r alone, each chunk
-// read before it is written, so in place is safe. Each byte is reduced once, by one rank, so all
-// ranks get the same bits.
+// A smaller reduce (reducePull) leaves the whole message to the root: it reads every peer's
+// input and reduces it into its output while the others only publish their inputs and wait for
+// it to finish. Half the waits and a system call per peer instead of two per rank: below the
+// sizes where splitting the work across the cores pays (cpu_backend.cc, reduceAuto).
 //
-// Each peer's chunk is added into the output as soon as it is read, while it is still in cache,
-// rather than all peers' chunks being read first and reduced in one pass: at 4 ranks on 2 cores
-// that took 0.63-0.92 of the time at 512 KiB-8 MiB (docs/algorithms.md). The sum runs from this
-// rank's input through the next ranks' in turn. Half and fp8 types with more than one peer keep
-// the single pass, which rounds once.
 #include <algorithm>
 
 #include "algorithms/algorithms.h"
@@ -36,8 +29,8 @@ enum Push { kNobody = -2, kEveryPeer = -1 };  // or a rank: that rank alone
 
 // Reduces elements [from, from + len) of every rank's input into `out` (null: into a private
 // buffer, chunk by chunk) and writes each reduced chunk to the same elements of the output of
-// `push`.
-void reduceRange(ShmComm& c, const CollArgs& a, size_t from, size_t len, char* out, int push) {
+// `push`. Every peer's input must be published; the caller waits around it.
+void reduceChunks(ShmComm& c, const CollArgs& a, size_t from, size_t len, char* out, int push) {
   const size_t es = typeSize(a.type), chunk = c.cmaChunkBytes() / es;
   const int n = c.nranks(), me = c.rank();
   const char* send = static_cast<const char*>(a.send);
@@ -50,8 +43,6 @@ void reduceRange(ShmComm& c, const CollArgs& a, size_t from, size_t len, char* o
   const bool inPlace = out == send + from * es;
   const bool onePass = n == 1 || (n > 2 && roundsOnce(a.type));  // alone: a copy
   const acclRedOp_t op = a.op == acclAvg && !onePass ? acclSum : a.op;
-  c.publish(a.send, a.recv);
-  c.barrier();
   for (size_t done = 0; done < len; done += chunk) {
     const size_t k = std::min(chunk, len - done), at = (from + done) * es;
     char* dst = out ? out + done * es : own;
@@ -73,6 +64,13 @@ void reduceRange(ShmComm& c, const CollArgs& a, size_t from, size_t len, char* o
       if (q != me && (push == kEveryPeer || push == q))
         c.cmaWrite(q, c.peer(q).recvAddr + at, dst, k * es);
   }
+}
+
+// Every rank reduces its range between two barriers.
+void reduceRange(ShmComm& c, const CollArgs& a, size_t from, size_t len, char* out, int push) {
+  c.publish(a.send, a.recv);
+  c.barrier();
+  reduceChunks(c, a, from, len, out, push);
   c.barrier();
 }
 
@@ -90,6 +88,21 @@ void reduceCma(ShmComm& c, const CollArgs& a) {
   const bool root = c.rank() == a.root;
   reduceRange(c, a, b, e - b, root ? static_cast<char*>(a.recv) + b * typeSize(a.type) : nullptr,
               root ? kNobody : a.root);
+}
+
+// The others arrive twice at once: the root waits for their first arrival (the inputs are
+// published) and they for its second (it has read them).
+void reducePull(ShmComm& c, const CollArgs& a) {
+  c.publish(a.send, a.recv);
+  c.arrive();
+  if (c.rank() != a.root) {
+    c.arrive();
+    c.waitFor(a.root);
+    return;
+  }
+  c.waitAll();
+  reduceChunks(c, a, 0, a.count, static_cast<char*>(a.recv), kNobody);
+  c.arrive();
 }
 
 void reduceScatterCma(ShmComm& c, const CollArgs& a) {
