@@ -246,13 +246,13 @@ void reduceScatterAuto(ShmComm& c, const CollArgs& a) {
 }
 
 // A reduce that fits a box runs direct; otherwise single copy from its threshold (ACCL_CMA_MIN):
-// the root alone reads and reduces (pull) up to 256 KiB (128 KiB with more ranks than cores),
-// every rank a part of it (cma) beyond. Below the threshold (or without single copy) direct up
-// to 128 KiB (16 KiB with more ranks than cores), then split: docs/algorithms.md, "Reduce".
+// the root alone reads and reduces (pull) below 128 KiB (256 KiB with more ranks than cores),
+// every rank a part of it (cma) from there. Below the threshold (or without single copy) direct
+// up to 128 KiB (16 KiB with more ranks than cores), then split: docs/algorithms.md, "Reduce".
 void reduceAuto(ShmComm& c, const CollArgs& a) {
   const size_t bytes = a.count * typeSize(a.type);
   if (!fitsBox(c, a, c.nranks()) && useCma(c, a, kReduce)) {
-    if (bytes <= size_t(c.oversubscribed() ? 128 : 256) << 10) reducePull(c, a);
+    if (bytes < size_t(c.oversubscribed() ? 256 : 128) << 10) reducePull(c, a);
     else reduceCma(c, a);
   } else if (bytes <= size_t(c.oversubscribed() ? 16 : 128) << 10) {
     reduceDirect(c, a);

@@ -333,14 +333,14 @@ TEST_CASE(root_share) {
   return ok ? 0 : 1;
 }
 
-// Single-copy reduces from the threshold on, where up to 256 KiB (128 KiB with more ranks than
+// Single-copy reduces from the threshold on, where below 128 KiB (256 KiB with more ranks than
 // cores) the root alone reads every peer's input (reducePull), and beyond, where the ranks split
 // the work: every root, in and out of place. A rank other than the root overwrites its input the
 // moment the call returns: gone before the root had read it, it would hand the root the garbage.
 TEST_CASE(reduce_pull) {
   bool ok = runRanks(args.nranks, args.mode, [](Ctx& c) {
     const int n = c.nranks, me = c.rank;
-    const size_t counts[] = {8192 + 3, 16384, 40000 + 1, 65536, 70000};  // int32
+    const size_t counts[] = {8192 + 3, 16384, 32767, 40000 + 1, 70000};  // int32
     std::vector<int32_t> in(counts[4]), out(counts[4]);
     for (int i = 0; i < 40; ++i) {
       const int root = i % n;
