@@ -86,7 +86,8 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   if (argc < 7) {
     fprintf(stderr, "usage: ab_builds LIB_A LIB_B all_reduce|broadcast|broadcast_in_place|"
-                    "reduce|reduce_in_place|all_gather|all_gather_in_place|sendrecv BYTES ROUNDS CALLS [SLOW_US [NRANKS]]\n");
+                    "reduce|reduce_in_place|all_gather|all_gather_in_place|sendrecv BYTES "
+                    "ROUNDS CALLS [SLOW_US [NRANKS]]\n");
     return 2;
   }
   if (!strcmp(argv[1], argv[2])) {

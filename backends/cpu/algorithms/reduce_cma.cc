@@ -9,11 +9,23 @@
 // publishes the buffers' addresses; one at the end says that every part has arrived and nobody
 // reads this rank's input any more.
 //
+// Against staging through /dev/shm this copies each byte once, and no rank reads memory another
+// core has just written (the peers' inputs are the caller's; the all-reduce pushes its results
+// rather than letting peers pull them): on this VM those core-to-core reads of fresh lines are
+// the slow path. Rank r's range of every buffer is read and written by rank r alone, each chunk
+// read before it is written, so in place is safe. Each byte is reduced once, by one rank, so all
+// ranks get the same bits.
+//
+// Each peer's chunk is added into the output as soon as it is read, while it is still in cache,
+// rather than all peers' chunks being read first and reduced in one pass: at 4 ranks on 2 cores
+// that took 0.63-0.92 of the time at 512 KiB-8 MiB (docs/algorithms.md). The sum runs from this
+// rank's input through the next ranks' in turn. Half and fp8 types with more than one peer keep
+// the single pass, which rounds once.
+//
 // A smaller reduce (reducePull) leaves the whole message to the root: it reads every peer's
 // input and reduces it into its output while the others only publish their inputs and wait for
-// it to finish. Half the waits and a system call per peer instead of two per rank: below the
-// sizes where splitting the work across the cores pays (cpu_backend.cc, reduceAuto).
-//
+// it to finish. Half the waits, and no writes to the root: below the sizes where splitting the
+// work across the cores pays (cpu_backend.cc, reduceAuto).
 #include <algorithm>
 
 #include "algorithms/algorithms.h"
