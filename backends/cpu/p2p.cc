@@ -107,15 +107,14 @@ bool progressShm(P2pOp& op, bool receiving, bool read) {
       // the post a large one offers its buffer instead.
       // Otherwise through the buffers: a send that fits in them completes without its
       // receiver, as a lone send always did.
-      const bool single = copiesOnce(op);
-      const bool posted = single && ch.posted.load(std::memory_order_acquire) == op.msg + 1;
+      const bool posted = ch.posted.load(std::memory_order_acquire) == op.msg + 1;
       // With more ranks than cores every message is read by its receiver, as Open MPI's are:
       // the sender offers its buffer and goes on, where a write would wait for the receiver to
       // post and then for the sender to be scheduled again (4 ranks bound two to a core, 6
       // alternating launches, 2026-12-04: out of place 0.64-0.96 of the time at 32 KiB-2 MiB,
       // in place 0.80-0.97; level at 4 MiB, which was read already).
       const bool reads = c.oversubscribed();
-      if (single && posted && ch.postBytes == op.bytes) {  // else the receiver reports the sizes
+      if (posted && ch.postBytes == op.bytes) {  // else the receiver reports the sizes
         // Large messages are read by the receiver, and so is every copy of a send in place
         // (copyInPlaceSends says why), unless it goes into shared host memory.
         if (op.copied ? !ch.postRegion.id
@@ -127,7 +126,7 @@ bool progressShm(P2pOp& op, bool receiving, bool read) {
                    [&] { c.postWrite(op.local, ch.postRegion, ch.postAddr, op.buf, op.bytes); });
         return true;
       }
-      if (single && !posted && (receiving || op.bytes > kP2pBufs * cb)) {
+      if (!posted && (receiving || op.bytes > kP2pBufs * cb)) {
         // A large message, which the receiver would read once posted, is offered at once: the
         // receiver reads it as soon as it posts (into whatever memory: the sender cannot know
         // yet whether it is shared host memory), instead of when the sender next looks (4 ranks
@@ -258,8 +257,8 @@ void copyInPlaceSends(std::vector<P2pOp>& ops) {
   for (P2pOp& s : ops) {
     if (!s.copied) continue;
     Aside& x = asideOf(s);
-    const bool channel = s.local >= 0 && !copiesOnce(s);
-    if (channel) memcpy(x.next, s.buf, s.bytes);
+    s.eager = s.local >= 0 && !copiesOnce(s);  // copies go single copy from kInPlaceCmaMin only
+    if (s.eager) memcpy(x.next, s.buf, s.bytes);
     else copyUncached(x.next, s.buf, s.bytes, 0);
     s.buf = s.net.buf = x.next;
     x.next += footprint(s.bytes);
@@ -279,7 +278,7 @@ bool progressAll(std::vector<P2pOp>& ops, bool* pending, bool* shmPending) {
   for (int pass = 0; pass < 3; ++pass) {
     for (size_t i = 0; i < ops.size(); ++i) {
       P2pOp& op = ops[i];
-      const bool early = !op.send || (op.local >= 0 && !copiesOnce(op));
+      const bool early = !op.send || op.eager;
       if (op.finished() || early != (pass != 1) || (pass == 2 && (op.send || op.local < 0)))
         continue;
       *pending = true;
@@ -339,6 +338,7 @@ void addP2p(std::vector<P2pOp>& ops, CpuComm& c, bool send, int peer, const void
     op.local = c.localIndex(peer);
     op.chunks = (bytes + c.shm().p2pBytes() - 1) / c.shm().p2pBytes();
     op.msg = c.shm().nextMessage(send, op.local);
+    op.eager = send && !copiesOnce(op);
   } else {
     op.local = -1;
     c.net()->start(op.net, send, peer, op.buf, bytes);

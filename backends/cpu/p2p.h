@@ -30,7 +30,8 @@ struct P2pOp {
   int local;
   size_t chunks, done = 0;
   uint64_t msg;  // its number on the channel (ShmComm::nextMessage)
-  // A send that goes through the channel's buffers, not single copy.
+  // A send that goes through the channel's buffers: one that cannot go single copy (set when
+  // added, and for a send in place when it is copied), or that progressShm sends so.
   bool eager = false;
   // A receive whose address the sender may write to (ChannelCtrl::posted).
   bool posted = false;
